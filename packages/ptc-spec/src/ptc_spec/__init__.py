@@ -1,0 +1,72 @@
+"""ptc-spec: the contract every ptc package speaks (op sets, dialects, metadata, graph files)."""
+
+from .builder import GraphBuilder
+from .config import Config, config_from_env
+from .dialects import DIALECT_KEY, check, dialect_of, known_dialects, offending_nodes, require_dialect, set_dialect
+from .errors import (
+    BoundaryError,
+    DataDependentError,
+    DialectError,
+    PtcSpecError,
+    SerializationError,
+    TraceError,
+    UnsupportedDialectError,
+)
+from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, size_symbol
+from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
+from .serialize import FORMAT, dumps, load, loads, roundtrip, save
+from .targets import allow_target
+from .tracer import TracedTensor, trace
+
+__version__ = "0.1.0"
+
+
+def node_meta(node: object) -> object:
+    """Return ``node.meta[META_KEY]``, raising a clear KeyError when the node has none."""
+    meta = getattr(node, "meta", {})
+    if META_KEY not in meta:
+        raise KeyError(f"node {getattr(node, 'name', node)} has no {META_KEY!r} metadata; trace or build it with ptc_spec")
+    return meta[META_KEY]
+
+
+__all__ = [
+    "CATEGORIES",
+    "DIALECT_KEY",
+    "FORMAT",
+    "LATEST_CORE",
+    "META_KEY",
+    "OPSETS",
+    "BoundaryError",
+    "Config",
+    "DataDependentError",
+    "DialectError",
+    "GraphBuilder",
+    "OpEntry",
+    "OpSet",
+    "PtcSpecError",
+    "SerializationError",
+    "SymSize",
+    "TensorMeta",
+    "TraceError",
+    "TracedTensor",
+    "UnsupportedDialectError",
+    "allow_target",
+    "check",
+    "config_from_env",
+    "contiguous_strides",
+    "dialect_of",
+    "dumps",
+    "known_dialects",
+    "load",
+    "loads",
+    "node_meta",
+    "offending_nodes",
+    "opset",
+    "overload_name",
+    "require_dialect",
+    "roundtrip",
+    "save",
+    "set_dialect",
+    "size_symbol",
+    "trace",
+]

@@ -1,0 +1,318 @@
+"""The reference dispatch-level tracer: run a function over meta tensors, record ATen calls.
+
+Inputs become ``TracedTensor`` wrappers: a tensor subclass that reports the logical device
+(``cuda:0`` on a machine without a GPU, say) while its data lives in a meta tensor. A
+dispatch mode sees every ATen call, runs it on the meta tensors, records one FX node with
+the output's TensorMeta, and wraps the results. Autograd runs above the dispatcher, so a
+backward pass traced inside ``fn`` is recorded too (ptc-aot builds joint graphs this way).
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .dialects import check, set_dialect
+from .errors import DataDependentError, TraceError
+from .meta import META_KEY, TensorMeta
+from .opset import overload_name
+
+aten = torch.ops.aten
+
+# Ops whose output shape or value depends on tensor contents, which meta tensors lack.
+_DATA_DEPENDENT = {
+    aten._local_scalar_dense.default,
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten.equal.default,
+    aten.is_nonzero.default,
+    aten.repeat_interleave.Tensor,
+    aten.bincount.default,
+}
+
+
+class TracedTensor(torch.Tensor):
+    """A tensor being traced: logical metadata outside, a meta tensor and an FX node inside."""
+
+    _inner: torch.Tensor
+    _node: torch.fx.Node
+    _tracer: Tracer
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor, node: torch.fx.Node, device: torch.device, tracer: Tracer, requires_grad: bool = False) -> TracedTensor:
+        out = torch.Tensor._make_wrapper_subclass(
+            cls,
+            inner.size(),
+            strides=inner.stride(),
+            storage_offset=inner.storage_offset(),
+            dtype=inner.dtype,
+            layout=inner.layout,
+            device=device,
+            requires_grad=requires_grad,
+        )
+        out._inner = inner
+        out._node = node
+        out._tracer = tracer
+        return out
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"TracedTensor({self._node.name}, shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        for a in pytree.tree_leaves((args, kwargs)):
+            if isinstance(a, TracedTensor):
+                return a._tracer.dispatch(func, args, kwargs or {})
+        raise TraceError(f"{overload_name(func)} reached a traced tensor with no active tracer")
+
+
+class _TracingMode(TorchDispatchMode):
+    def __init__(self, tracer: Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return self.tracer.dispatch(func, args, kwargs or {})
+
+
+def _device_argument(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[int | str, torch.device | None] | None:
+    """Where the schema's ``device`` argument is, and its value, or None when there is none."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name != "device":
+            continue
+        if arg.kwarg_only or i >= len(args):
+            value = kwargs.get("device")
+            return ("device", None if value is None else torch.device(value))
+        value = args[i]
+        return (i, None if value is None else torch.device(value))
+    return None
+
+
+class Tracer:
+    """Mutable state of one trace: the graph being built and the constants it captured."""
+
+    def __init__(self) -> None:
+        self.graph = torch.fx.Graph()
+        self.constants: dict[str, torch.Tensor] = {}
+        self._constant_nodes: dict[int, tuple[torch.Tensor, TracedTensor]] = {}
+
+    # -- inputs and constants -------------------------------------------------------------
+    def placeholder(self, name: str, meta: TensorMeta) -> TracedTensor:
+        """Add a graph input with metadata ``meta`` and return its traced tensor."""
+        if meta.is_symbolic:
+            raise TraceError(
+                f"input {name} has symbolic sizes {meta.shape}; the reference tracer traces concrete sizes only"
+            )
+        node = self.graph.placeholder(name)
+        node.meta[META_KEY] = meta
+        inner = meta.replace(requires_grad=False).to_meta_tensor()
+        return TracedTensor(inner, node, meta.device, self, meta.requires_grad)
+
+    def constant(self, value: torch.Tensor) -> TracedTensor:
+        """Return the traced tensor standing for a real tensor captured by the function."""
+        cached = self._constant_nodes.get(id(value))
+        if cached is not None:
+            return cached[1]
+        name = f"_tensor_constant{len(self.constants)}"
+        self.constants[name] = value.detach()
+        node = self.graph.get_attr(name)
+        node.meta[META_KEY] = TensorMeta.from_tensor(value).replace(requires_grad=False)
+        inner = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        traced = TracedTensor(inner, node, value.device, self)
+        self._constant_nodes[id(value)] = (value, traced)
+        return traced
+
+    # -- one ATen call --------------------------------------------------------------------
+    def dispatch(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Record ``func(*args, **kwargs)`` as a node and return traced results."""
+        if func in _DATA_DEPENDENT:
+            raise DataDependentError(
+                f"{overload_name(func)} needs the values of a tensor, which tracing over meta tensors does not"
+                " have; keep this computation outside the traced function"
+            )
+        if func is aten.lift_fresh.default:
+            return self._traced(args[0])
+
+        def to_traced(x: Any) -> Any:
+            return self._traced(x) if isinstance(x, torch.Tensor) else x
+
+        args, kwargs = pytree.tree_map(to_traced, (args, kwargs))
+        device = self._output_device(func, args, kwargs)
+        meta_args, meta_kwargs = self._meta_arguments(func, args, kwargs)
+        try:
+            out = func(*meta_args, **meta_kwargs)
+        except NotImplementedError as exc:
+            raise TraceError(f"{overload_name(func)} has no meta implementation in this torch, so it cannot be traced") from exc
+
+        node_args, node_kwargs = pytree.tree_map(lambda x: x._node if isinstance(x, TracedTensor) else x, (args, kwargs))
+        if not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(out)):
+            # Results that are Python values (sizes, flags) are known now and baked in.
+            return out
+        node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
+        return self._wrap_outputs(func, node, out, device, args, kwargs)
+
+    def _traced(self, x: torch.Tensor) -> TracedTensor:
+        if isinstance(x, TracedTensor):
+            if x._tracer is not self:
+                raise TraceError("a tensor from another trace leaked into this one")
+            return x
+        return self.constant(x)
+
+    def _output_device(self, func: torch._ops.OpOverload, args: Any, kwargs: Any) -> torch.device:
+        found = _device_argument(func, args, kwargs)
+        if found is not None and found[1] is not None:
+            return found[1]
+        tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, TracedTensor)]
+        if not tensors:
+            return torch.get_default_device()
+        # A 0-dim CPU tensor mixes with tensors of any device and does not decide the result's.
+        for t in tensors:
+            if not (t.device.type == "cpu" and t.dim() == 0):
+                return t.device
+        return tensors[0].device
+
+    def _meta_arguments(self, func: torch._ops.OpOverload, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        meta_args, meta_kwargs = pytree.tree_map(lambda x: x._inner if isinstance(x, TracedTensor) else x, (args, kwargs))
+        found = _device_argument(func, args, kwargs)
+        if found is not None and found[1] is not None:
+            where = found[0]
+            if isinstance(where, int):
+                meta_args = (*meta_args[:where], torch.device("meta"), *meta_args[where + 1 :])
+            else:
+                meta_kwargs = {**meta_kwargs, "device": torch.device("meta")}
+        elif found is not None and found[1] is None and not any(isinstance(x, TracedTensor) for x in pytree.tree_leaves(args)):
+            meta_kwargs = {**meta_kwargs, "device": torch.device("meta")}
+        return tuple(meta_args), meta_kwargs
+
+    def _wrap_outputs(self, func: torch._ops.OpOverload, node: torch.fx.Node, out: Any, device: torch.device, args: Any, kwargs: Any) -> Any:
+        written = _written_arguments(func, args, kwargs)
+        returns = func._schema.returns
+        if isinstance(out, torch.Tensor):
+            node.meta[META_KEY] = TensorMeta.from_tensor(out, device=device)
+            return self._result(out, node, device, written.get(0))
+        if isinstance(out, (tuple, list)):
+            metas = tuple(TensorMeta.from_tensor(o, device=device) if isinstance(o, torch.Tensor) else None for o in out)
+            node.meta[META_KEY] = metas if isinstance(out, tuple) else list(metas)
+            results = []
+            for i, item in enumerate(out):
+                if not isinstance(item, torch.Tensor):
+                    results.append(item)
+                    continue
+                getter = self.graph.call_function(operator.getitem, (node, i))
+                getter.meta[META_KEY] = metas[i]
+                slot = i if len(returns) > 1 else 0
+                results.append(self._result(item, getter, device, written.get(slot) if len(returns) > 1 else None))
+            return type(out)(results) if isinstance(out, tuple) else results
+        raise TraceError(f"{overload_name(func)} returned {type(out).__name__}, which the tracer cannot record")
+
+    def _result(self, inner: torch.Tensor, node: torch.fx.Node, device: torch.device, written: Any) -> TracedTensor:
+        if isinstance(written, TracedTensor):
+            # In-place and out= ops return the tensor they wrote: keep the caller's object,
+            # and let later uses depend on the mutating node.
+            written._node = node
+            return written
+        return TracedTensor(inner, node, device, self)
+
+
+def _written_arguments(func: torch._ops.OpOverload, args: Any, kwargs: Any) -> dict[int, Any]:
+    """Map each return slot that aliases a written argument (in-place/out=) to that argument."""
+    by_set: dict[str, Any] = {}
+    for i, arg in enumerate(func._schema.arguments):
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        value = args[i] if (not arg.kwarg_only and i < len(args)) else kwargs.get(arg.name)
+        for alias in info.before_set:
+            by_set[alias] = value
+    found: dict[int, Any] = {}
+    for j, ret in enumerate(func._schema.returns):
+        info = ret.alias_info
+        if info is not None and info.is_write:
+            for alias in info.before_set:
+                if alias in by_set:
+                    found[j] = by_set[alias]
+    return found
+
+
+def _input_names(fn: Callable[..., Any], count: int) -> list[str]:
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(count)]
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        candidate = f"{name}_{n}"
+        n += 1
+    taken.add(candidate)
+    return candidate
+
+
+def _leaves_to_traced(tracer: Tracer, value: Any, name: str, taken: set[str]) -> Any:
+    leaves, spec = pytree.tree_flatten(value)
+    traced = []
+    for i, leaf in enumerate(leaves):
+        label = name if len(leaves) == 1 else f"{name}_{i}"
+        if isinstance(leaf, TensorMeta):
+            traced.append(tracer.placeholder(_unique(label, taken), leaf))
+        elif isinstance(leaf, torch.Tensor):
+            traced.append(tracer.placeholder(_unique(label, taken), TensorMeta.from_tensor(leaf)))
+        else:
+            traced.append(leaf)
+    return pytree.tree_unflatten(traced, spec)
+
+
+def trace(
+    fn: Callable[..., Any],
+    *inputs: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    dialect: str = "aten",
+) -> torch.fx.GraphModule:
+    """Trace ``fn`` over meta tensors into a GraphModule of ATen calls (``dialect`` is checked)."""
+    tracer = Tracer()
+    taken: set[str] = set()
+    names = _input_names(fn, len(inputs))
+    traced_args = [_leaves_to_traced(tracer, value, names[i], taken) for i, value in enumerate(inputs)]
+    traced_kwargs = {k: _leaves_to_traced(tracer, v, k, taken) for k, v in (kwargs or {}).items()}
+    with _TracingMode(tracer):
+        result = fn(*traced_args, **traced_kwargs)
+    return finish(tracer, result, dialect)
+
+
+def finish(tracer: Tracer, result: Any, dialect: str = "aten") -> torch.fx.GraphModule:
+    """Close ``tracer``'s graph with ``result`` as its output and return the GraphModule."""
+
+    def to_node(x: Any) -> Any:
+        if isinstance(x, TracedTensor):
+            return x._node
+        if isinstance(x, torch.Tensor):
+            return tracer.constant(x)._node
+        return x
+
+    tracer.graph.output(pytree.tree_map(to_node, result))
+    gm = torch.fx.GraphModule(dict(tracer.constants), tracer.graph)
+    set_dialect(gm, dialect)
+    check(gm, dialect)
+    return gm
+
+
+def traced_nodes(values: Any) -> Iterator[torch.fx.Node]:
+    """The FX nodes behind the traced tensors in a pytree."""
+    for leaf in pytree.tree_leaves(values):
+        if isinstance(leaf, TracedTensor):
+            yield leaf._node
