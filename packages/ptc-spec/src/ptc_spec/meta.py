@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeAlias
 
 import sympy
 import torch
 
-SymSize = Union[int, sympy.Expr]
+SymSize: TypeAlias = int | sympy.Expr
 """A size, stride or offset: a plain int, or a sympy expression over size symbols."""
 
 Hints = Mapping[sympy.Symbol, int]

@@ -53,7 +53,8 @@ def resolve_overload(name: str) -> torch._ops.OpOverload:
     """Return the OpOverload for a name like ``aten.add.Tensor`` or ``ptc.rand.default``."""
     namespace, op, overload = name.split(".")
     packet = getattr(getattr(torch.ops, namespace), op)
-    return getattr(packet, overload)
+    found: torch._ops.OpOverload = getattr(packet, overload)
+    return found
 
 
 def overload_name(op: object) -> str:

@@ -278,10 +278,10 @@ class _Decoder:
         except RuntimeError:
             raise SerializationError(f"unknown device {d['v']!r} in graph file") from None
 
-    def _tag_memory_format(self, d: dict[str, Any]) -> torch.memory_format:
+    def _tag_memory_format(self, d: dict[str, Any]) -> Any:
         return _lookup(_MEMORY_FORMATS, d["v"], "memory format")
 
-    def _tag_layout(self, d: dict[str, Any]) -> torch.layout:
+    def _tag_layout(self, d: dict[str, Any]) -> Any:
         return _lookup(_LAYOUTS, d["v"], "layout")
 
     def _tag_slice(self, d: dict[str, Any]) -> slice:
@@ -312,9 +312,24 @@ def _lookup(table: dict[str, Any], key: Any, what: str) -> Any:
         raise SerializationError(f"unknown {what} {key!r} in graph file") from None
 
 
+def _looks_pickled(data: bytes) -> bool:
+    return data[:1] == b"\x80" or data[:4] == b"PK\x03\x04"
+
+
 def _read_header(data: bytes) -> dict[str, Any]:
-    if data[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05") or data[:4] == b"PK\x03\x04":
-        raise SerializationError("this is a pickle or torch.save file, not a ptc-graph file; graph files never contain pickle")
+    try:
+        return _parse_header(data)
+    except SerializationError:
+        # A safetensors length prefix can also start with 0x80, so the pickle message is only
+        # chosen once the data has failed to parse as a graph file.
+        if _looks_pickled(data):
+            raise SerializationError(
+                "this is a pickle or torch.save file, not a ptc-graph file; graph files never contain pickle"
+            ) from None
+        raise
+
+
+def _parse_header(data: bytes) -> dict[str, Any]:
     if len(data) < 8:
         raise SerializationError("the graph file is truncated: it is shorter than its 8-byte header length")
     (length,) = struct.unpack("<Q", data[:8])

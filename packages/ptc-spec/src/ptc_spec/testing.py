@@ -99,9 +99,8 @@ def compare_with_eager(
     eager_args, compiled_args = _clone_inputs(args), _clone_inputs(args)
     expected = eager(*eager_args)
     actual = compiled(*compiled_args)
-    tol = {"rtol": rtol, "atol": atol}
-    assert_same(actual, expected, check_stride=check_stride, what="output", **tol)
-    assert_same(compiled_args, eager_args, what="inputs after the call", **tol)
+    assert_same(actual, expected, rtol=rtol, atol=atol, check_stride=check_stride, what="output")
+    assert_same(compiled_args, eager_args, rtol=rtol, atol=atol, what="inputs after the call")
     if grads:
         _backward(actual)
         _backward(expected)
@@ -110,7 +109,7 @@ def compare_with_eager(
                 if (c.grad is None) != (e.grad is None):
                     raise AssertionError(f"grad of input {i}: compiled has {c.grad is not None}, eager has {e.grad is not None}")
                 if e.grad is not None:
-                    assert_same(c.grad, e.grad, what=f"grad of input {i}", **tol)
+                    assert_same(c.grad, e.grad, rtol=rtol, atol=atol, what=f"grad of input {i}")
     return actual
 
 

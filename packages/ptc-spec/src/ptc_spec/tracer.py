@@ -71,7 +71,7 @@ class TracedTensor(torch.Tensor):
         return f"TracedTensor({self._node.name}, shape={tuple(self.shape)}, dtype={self.dtype}, device={self.device})"
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
         for a in pytree.tree_leaves((args, kwargs)):
             if isinstance(a, TracedTensor):
                 return a._tracer.dispatch(func, args, kwargs or {})
@@ -80,11 +80,19 @@ class TracedTensor(torch.Tensor):
 
 class _TracingMode(TorchDispatchMode):
     def __init__(self, tracer: Tracer) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.tracer = tracer
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         return self.tracer.dispatch(func, args, kwargs or {})
+
+
+def _runs_autograd(device: torch.device) -> bool:
+    if device.type in ("cpu", "meta"):
+        return True
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    return bool(is_available()) if callable(is_available) else False
 
 
 def _device_argument(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[int | str, torch.device | None] | None:
@@ -114,6 +122,13 @@ class Tracer:
         if meta.is_symbolic:
             raise TraceError(
                 f"input {name} has symbolic sizes {meta.shape}; the reference tracer traces concrete sizes only"
+            )
+        if meta.requires_grad and not _runs_autograd(meta.device):
+            # The autograd engine needs the device's runtime even for meta data; without it
+            # torch aborts the process instead of raising.
+            raise TraceError(
+                f"input {name} requires grad on {meta.device}, which this torch build cannot run autograd for;"
+                " trace gradients on a machine with that device, or trace on cpu"
             )
         node = self.graph.placeholder(name)
         node.meta[META_KEY] = meta
@@ -154,7 +169,10 @@ class Tracer:
         try:
             out = func(*meta_args, **meta_kwargs)
         except NotImplementedError as exc:
-            raise TraceError(f"{overload_name(func)} has no meta implementation in this torch, so it cannot be traced") from exc
+            raise TraceError(
+                f"{overload_name(func)} cannot run on meta tensors: its result depends on tensor values"
+                " (e.g. boolean-mask indexing) or it has no meta kernel in this torch, so it cannot be traced"
+            ) from exc
 
         node_args, node_kwargs = pytree.tree_map(lambda x: x._node if isinstance(x, TracedTensor) else x, (args, kwargs))
         if not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(out)):
