@@ -1,0 +1,323 @@
+"""Benchmark harness: workloads under eager, torch.compile and ptc, side by side in one run.
+
+Each (workload, implementation) runs in its own process, so that compile caches and memory
+of one never help or hurt another. Reports median step time, speedups, cold compile time
+(first call), peak memory and the max relative error against eager; writes JSON and a
+Markdown table.
+
+    python tools/bench.py                       # every workload that fits this machine
+    python tools/bench.py --workloads pointwise,gpt-mini-infer --impls eager,ptc
+    python tools/bench.py --json out.json --markdown out.md
+
+Workloads that need a package this machine lacks (transformers, timm) are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPLS = ("eager", "torch.compile", "ptc")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model or function, its inputs, and whether a step is inference or a training step."""
+
+    name: str
+    build: Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]
+    train: bool = False
+    needs: str | None = None
+
+
+def _pointwise(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    n = 2**16 if small else (2**26 if device.type == "cuda" else 2**22)
+    x, w, b = (torch.randn(n, device=device) for _ in range(3))
+
+    def fn(x: Any, w: Any, b: Any) -> Any:
+        return torch.nn.functional.gelu(x * w + b) * torch.sigmoid(x) + torch.tanh(b)
+
+    return fn, (x, w, b)
+
+
+def _softmax(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    n = 256 if small else (8192 if device.type == "cuda" else 2048)
+    return (lambda x: torch.softmax(x, dim=-1)), (torch.randn(n, n, device=device),)
+
+
+def _layernorm(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    rows, cols = (256, 256) if small else ((16384, 4096) if device.type == "cuda" else (4096, 1024))
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    x, r = (torch.randn(rows, cols, device=device, dtype=dtype) for _ in range(2))
+    w, b = torch.ones(cols, device=device, dtype=dtype), torch.zeros(cols, device=device, dtype=dtype)
+    return (lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (cols,), w, b)), (x, r, w, b)
+
+
+def _gpt_mini(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    torch.manual_seed(0)
+    dim, layers, heads, seq, batch = (64, 2, 4, 32, 2) if small else (512, 6, 8, 256, 8)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+            self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            self.fc, self.out = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+        def forward(self, x: Any) -> Any:
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
+            q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+            att = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(att.transpose(1, 2).reshape(b, t, c))
+            return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+    class GPT(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok, self.pos = torch.nn.Embedding(1000, dim), torch.nn.Embedding(seq, dim)
+            self.blocks = torch.nn.ModuleList(Block() for _ in range(layers))
+            self.head = torch.nn.Linear(dim, 1000)
+
+        def forward(self, idx: Any) -> Any:
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    return GPT().to(device), (torch.randint(0, 1000, (batch, seq), device=device),)
+
+
+def _hf(config_name: str, model_name: str) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
+    def build(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        config = getattr(transformers, config_name)()
+        if small:
+            config.num_hidden_layers, config.n_layer = 2, 2
+        model = getattr(transformers, model_name)(config).to(device)
+        seq, batch = (32, 1) if small else (256, 8)
+        ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
+        return (lambda i: model(i).logits if hasattr(model(i), "logits") else model(i).last_hidden_state), (ids,)
+
+    return build
+
+
+def _timm(name: str) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
+    def build(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+        import timm
+        import torch
+
+        torch.manual_seed(0)
+        model = timm.create_model(name, pretrained=False).to(device).eval()
+        batch = 1 if small else (32 if device.type == "cuda" else 4)
+        return model, (torch.randn(batch, 3, 224, 224, device=device),)
+
+    return build
+
+
+WORKLOADS = {
+    w.name: w
+    for w in [
+        Workload("pointwise", _pointwise),
+        Workload("softmax", _softmax),
+        Workload("layernorm-residual", _layernorm),
+        Workload("gpt-mini-infer", _gpt_mini),
+        Workload("gpt-mini-train", _gpt_mini, train=True),
+        Workload("gpt2-infer", _hf("GPT2Config", "GPT2LMHeadModel"), needs="transformers"),
+        Workload("gpt2-train", _hf("GPT2Config", "GPT2LMHeadModel"), train=True, needs="transformers"),
+        Workload("bert-infer", _hf("BertConfig", "BertModel"), needs="transformers"),
+        Workload("resnet50-infer", _timm("resnet50"), needs="timm"),
+        Workload("vit-infer", _timm("vit_base_patch16_224"), needs="timm"),
+    ]
+}
+
+
+# -- one (workload, implementation), in a worker process ----------------------------------------
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _step(model: Any, inputs: tuple[Any, ...], train: bool) -> Any:
+    import torch
+
+    if not train:
+        with torch.no_grad():
+            return model(*inputs)
+    out = model(*inputs)
+    loss = out.float().pow(2).mean()
+    loss.backward()
+    return out.detach()
+
+
+def _max_rel_error(actual: Any, expected: Any) -> float:
+
+    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
+    return float((a - e).norm() / e.norm().clamp_min(1e-12))
+
+
+def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bool) -> dict[str, Any]:
+    """Measure one implementation of one workload; return its numbers."""
+    import torch
+
+    device = torch.device(device_name)
+    spec = WORKLOADS[workload]
+    model, inputs = spec.build(device, small)
+    reference = _step(model, inputs, spec.train)
+    if isinstance(model, torch.nn.Module):
+        model.zero_grad(set_to_none=True)
+    if impl == "torch.compile":
+        compiled = torch.compile(model)
+    elif impl == "ptc":
+        sys.path[:0] = [str(p) for p in sorted(ROOT.glob("packages/*/src"))]
+        import ptc
+
+        compiled = ptc.compile(model)
+    else:
+        compiled = model
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    _sync(device)
+    start = time.perf_counter()
+    first = _step(compiled, inputs, spec.train)
+    _sync(device)
+    cold = time.perf_counter() - start
+    for _ in range(3):
+        _step(compiled, inputs, spec.train)
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        _step(compiled, inputs, spec.train)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024
+    return {
+        "workload": workload,
+        "impl": impl,
+        "device": device_name,
+        "median_ms": statistics.median(times) * 1e3,
+        "cold_s": cold,
+        "peak_mb": peak / 2**20,
+        "max_rel_error": _max_rel_error(first, reference),
+    }
+
+
+# -- the parent: one process per (workload, implementation) -------------------------------------
+def _available(workload: Workload) -> bool:
+    import importlib.util
+
+    return workload.needs is None or importlib.util.find_spec(workload.needs) is not None
+
+
+def _run_one(workload: str, impl: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", workload, impl, "--device", args.device, "--steps", str(args.steps)]
+    if args.small:
+        cmd.append("--small")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    reason = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return {"workload": workload, "impl": impl, "error": reason}
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The results as a Markdown table, one row per workload, ratios against eager and torch.compile."""
+    by = {(r["workload"], r["impl"]): r for r in results}
+    rows = [
+        "| workload | eager ms | torch.compile ms | ptc ms | ptc vs eager | ptc vs torch.compile | cold tc s | cold ptc s | ptc peak MB | ptc max rel err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in dict.fromkeys(r["workload"] for r in results):
+        e, t, p = (by.get((name, i), {}) for i in IMPLS)
+        ratio_e = e["median_ms"] / p["median_ms"] if "median_ms" in e and "median_ms" in p else None
+        ratio_t = t["median_ms"] / p["median_ms"] if "median_ms" in t and "median_ms" in p else None
+        cells = [
+            name,
+            _fmt(e.get("median_ms"), "{:.3f}"),
+            _fmt(t.get("median_ms"), "{:.3f}"),
+            _fmt(p.get("median_ms"), "{:.3f}") if "error" not in p else f"error: {p['error'][:60]}",
+            _fmt(ratio_e, "{:.2f}x"),
+            _fmt(ratio_t, "{:.2f}x"),
+            _fmt(t.get("cold_s"), "{:.2f}"),
+            _fmt(p.get("cold_s"), "{:.2f}"),
+            _fmt(p.get("peak_mb"), "{:.0f}"),
+            _fmt(p.get("max_rel_error"), "{:.1e}"),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--small", action="store_true", help="tiny sizes, for a quick check")
+    parser.add_argument("--timeout", type=int, default=900)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.worker:
+        print(json.dumps(run_worker(args.worker[0], args.worker[1], args.device, args.steps, args.small)))
+        return 0
+    results = []
+    for name in args.workloads.split(","):
+        if not _available(WORKLOADS[name]):
+            results.append({"workload": name, "impl": "ptc", "error": f"skipped: {WORKLOADS[name].needs} is not installed"})
+            continue
+        for impl in args.impls.split(","):
+            result = _run_one(name, impl, args)
+            results.append(result)
+            print(json.dumps(result), file=sys.stderr, flush=True)
+    table = markdown(results)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    if args.markdown:
+        args.markdown.write_text(table)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "bench.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

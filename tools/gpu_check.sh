@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks, in one lease (it has Python 3.12, torch 2.11, triton 3.6
+# and no pip): builds ptc-capture's frame hook in place, runs the capture suite on 3.12, the
+# tests marked gpu of every package, then the GPU benchmarks. Logs go to $OUT (three files,
+# within the device tool's limit of eight).
+#   bash tools/gpu_check.sh [tests|bench|all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+OUT=${OUT:-/tmp/ptc-gpu}
+mkdir -p "$OUT"
+export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
+export PYTHONUNBUFFERED=1
+python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())'
+status=0
+
+if [ "$what" != bench ]; then
+  python3 -m ptc_capture.build_ext 2>&1 | tail -2
+  for pkg in packages/*/; do
+    name=$(basename "$pkg")
+    [ -d "$pkg/tests" ] || continue
+    # The capture suite runs whole on 3.12 (torch exists only here); other packages run their gpu tests.
+    marker="gpu"
+    [ "$name" = ptc-capture ] && marker="not slow"
+    (cd "$pkg" && timeout 900 python3 -m pytest tests -q -p no:cacheprovider -m "$marker" > /tmp/ptc-tests.log 2>&1)
+    rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1
+    { echo "===== $name [$marker] rc=$rc"; cat /tmp/ptc-tests.log; } >> "$OUT/tests.log"
+    echo "$name [$marker]: $(tail -1 /tmp/ptc-tests.log)"
+  done
+fi
+
+if [ "$what" != tests ]; then
+  for bench in tools/bench_triton.py tools/bench_cudagraphs.py; do
+    [ -f "$bench" ] || continue
+    timeout 900 python3 "$bench" > "$OUT/$(basename "$bench" .py).log" 2>&1 || status=1
+    tail -30 "$OUT/$(basename "$bench" .py).log"
+  done
+fi
+exit $status
