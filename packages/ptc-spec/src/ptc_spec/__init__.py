@@ -16,7 +16,7 @@ from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
 from .targets import allow_target
-from .tracer import TracedTensor, trace
+from .tracer import TracedTensor, Tracer, finish, trace
 
 __version__ = "0.1.0"
 
@@ -49,6 +49,7 @@ __all__ = [
     "TensorMeta",
     "TraceError",
     "TracedTensor",
+    "Tracer",
     "UnsupportedDialectError",
     "allow_target",
     "check",
@@ -56,6 +57,7 @@ __all__ = [
     "contiguous_strides",
     "dialect_of",
     "dumps",
+    "finish",
     "known_dialects",
     "load",
     "loads",

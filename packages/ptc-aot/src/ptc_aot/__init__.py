@@ -1,0 +1,33 @@
+"""ptc-aot: functional aten forward/backward graphs traced ahead of time, min-cut partitioning, runtime wrapper."""
+
+from .api import AotFunction, Compiler, aot, compile_program
+from .config import PARTITIONS, Config, config_from_env
+from .errors import DoubleBackwardError, PartitionError, PtcAotError, UnsupportedMutationError
+from .functionalize import FunctionalGraph, functionalize
+from .partition import Partition, partition
+from .runtime import CompiledProgram
+from .tracing import OutputPlan, TracedProgram, trace_program
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PARTITIONS",
+    "AotFunction",
+    "CompiledProgram",
+    "Compiler",
+    "Config",
+    "DoubleBackwardError",
+    "FunctionalGraph",
+    "OutputPlan",
+    "Partition",
+    "PartitionError",
+    "PtcAotError",
+    "TracedProgram",
+    "UnsupportedMutationError",
+    "aot",
+    "compile_program",
+    "config_from_env",
+    "functionalize",
+    "partition",
+    "trace_program",
+]

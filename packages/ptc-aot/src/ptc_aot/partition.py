@@ -1,0 +1,141 @@
+"""Splitting a functional joint graph into a forward and a backward graph.
+
+Nodes that depend on a tangent belong to the backward. Every other node may run in the
+forward (its result saved for the backward if the backward reads it) or, if it is cheap
+(``recompute.recomputable``), be recomputed in the backward from saved values. ``min_cut``
+chooses with a minimum cut: each node is split into ``in -> out`` with the bytes of its
+result as capacity, so a cut through that edge means "save this"; inputs and ops that must
+not be recomputed hang off the source, values the backward reads hang off the sink. Saving every
+value the backward reads is itself a cut, so the minimum never saves more bytes than
+``save_all``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+import torch.fx
+
+from ptc_spec import META_KEY, TensorMeta, set_dialect
+
+from .errors import PartitionError
+from .functionalize import FunctionalGraph
+from .maxflow import INF, FlowNetwork
+from .recompute import recomputable
+
+log = logging.getLogger("ptc.aot.partition")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """Forward ``(primals) -> (*outputs, *saved)`` and backward ``(*saved, *tangents) -> grads``."""
+
+    forward: torch.fx.GraphModule
+    backward: torch.fx.GraphModule
+    num_outputs: int
+    saved: tuple[str, ...]
+    saved_bytes: int
+    baseline_bytes: int
+
+
+def nbytes(node: torch.fx.Node) -> float:
+    """Bytes of a node's tensor result (infinite for nodes that are not one tensor)."""
+    meta = node.meta.get(META_KEY)
+    if not isinstance(meta, TensorMeta):
+        return INF
+    return float(meta.numel() * meta.dtype.itemsize)
+
+
+def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -> Partition:
+    """Split ``joint`` (outputs: forward outputs, mutations, then one grad per primal)."""
+    graph = joint.gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:num_primals], placeholders[num_primals:]
+    output = next(n for n in graph.nodes if n.op == "output")
+    results: list[Any] = list(cast(Sequence[Any], output.args[0]))
+    n_forward = joint.num_outputs + len(joint.mutated_inputs)
+    forward_outputs, grads = results[:n_forward], results[n_forward:]
+
+    backward_nodes: set[torch.fx.Node] = set(tangents)
+    for node in graph.nodes:
+        if node.op != "output" and any(a in backward_nodes for a in node.all_input_nodes):
+            backward_nodes.add(node)
+    forward_nodes = [n for n in graph.nodes if n.op != "output" and n not in backward_nodes]
+    read_by_backward = [
+        n for n in forward_nodes if any(u in backward_nodes for u in n.users) or any(g is n for g in grads)
+    ]
+    baseline = sum(nbytes(n) for n in read_by_backward)
+    if mode == "save_all":
+        saved = read_by_backward
+    elif mode == "min_cut":
+        saved = _min_cut(forward_nodes, read_by_backward)
+    else:
+        raise PartitionError(f"unknown partition {mode!r}: use 'min_cut' or 'save_all'")
+    saved_bytes = sum(nbytes(n) for n in saved)
+    log.info("partition %s saves %d values, %d bytes (save_all baseline: %d bytes)", mode, len(saved), saved_bytes, baseline)
+
+    forward = extract(joint.gm, primals, [*forward_outputs, *saved])
+    backward = extract(joint.gm, [*saved, *tangents], grads)
+    return Partition(forward, backward, n_forward, tuple(n.name for n in saved), int(saved_bytes), int(baseline))
+
+
+def _min_cut(forward_nodes: list[torch.fx.Node], read_by_backward: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    index = {n: i for i, n in enumerate(forward_nodes)}
+    net = FlowNetwork(2 * len(forward_nodes) + 2)
+    source, sink = 2 * len(forward_nodes), 2 * len(forward_nodes) + 1
+    for node, i in index.items():
+        net.add_edge(2 * i, 2 * i + 1, nbytes(node))
+        # A node on the sink side of its own edge is recomputed in the backward (the forward
+        # may still compute it for its own outputs); inputs and non-recomputable ops must not be.
+        if node.op == "placeholder" or not recomputable(node):
+            net.add_edge(source, 2 * i, INF)
+        for user in node.users:
+            if user in index:
+                net.add_edge(2 * i + 1, 2 * index[user], INF)
+    for node in read_by_backward:
+        net.add_edge(2 * index[node] + 1, sink, INF)
+    value, reached = net.min_cut(source, sink)
+    if value == INF:
+        raise PartitionError("the joint graph has no finite cut: a value the backward reads cannot be saved")
+    return [n for n, i in index.items() if 2 * i in reached and 2 * i + 1 not in reached]
+
+
+def _ancestors(nodes: list[torch.fx.Node], stop: frozenset[torch.fx.Node] = frozenset()) -> set[torch.fx.Node]:
+    found: set[torch.fx.Node] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        if node not in stop:
+            stack.extend(node.all_input_nodes)
+    return found
+
+
+def extract(gm: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list[Any]) -> torch.fx.GraphModule:
+    """A new aten GraphModule computing ``outputs`` from ``inputs`` (nodes of ``gm``)."""
+    needed = _ancestors([o for o in outputs if isinstance(o, torch.fx.Node)], frozenset(inputs))
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    constants: dict[str, Any] = {}
+    for node in inputs:
+        new = graph.placeholder(node.name)
+        new.meta[META_KEY] = node.meta[META_KEY]
+        env[node] = new
+    for node in gm.graph.nodes:
+        if node not in needed or node in env:
+            continue
+        if node.op == "placeholder":
+            raise PartitionError(f"the split graph needs input {node.name}, which is not available to it")
+        if node.op == "get_attr":
+            constants[str(node.target)] = getattr(gm, str(node.target))
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
+    new_gm = torch.fx.GraphModule(constants, graph)
+    set_dialect(new_gm, "aten")
+    return new_gm

@@ -1,0 +1,64 @@
+"""Which ops the partitioner may recompute in the backward instead of saving their results.
+
+Only ops that are cheap per byte they produce qualify: pointwise ops, views and fills. Matmul,
+convolution, attention and every reduction are never recomputed, and neither is anything
+random (a recomputed draw would differ from the forward's).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from .views import view_source
+
+aten = torch.ops.aten
+
+# Creation ops that cost a fill, never a read.
+CHEAP_CREATION = frozenset(
+    {
+        aten.full.default,
+        aten.zeros.default,
+        aten.ones.default,
+        aten.scalar_tensor.default,
+        aten.full_like.default,
+        aten.zeros_like.default,
+        aten.ones_like.default,
+        aten.new_zeros.default,
+        aten.new_ones.default,
+        aten.new_full.default,
+    }
+)
+
+# Listed for the reader and asserted by tests: the rule below already excludes them.
+NEVER_RECOMPUTE = frozenset(
+    {
+        aten.mm.default,
+        aten.addmm.default,
+        aten.bmm.default,
+        aten.baddbmm.default,
+        aten.convolution.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+    }
+)
+
+
+def recomputable(node: torch.fx.Node) -> bool:
+    """True when the partitioner may recompute ``node`` in the backward."""
+    if node.op == "get_attr":
+        return True
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target is operator.getitem:
+        parent = node.args[0]
+        return isinstance(parent, torch.fx.Node) and recomputable(parent)
+    if not isinstance(target, torch._ops.OpOverload) or target in NEVER_RECOMPUTE:
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return view_source(target) is not None or torch.Tag.pointwise in target.tags or target in CHEAP_CREATION

@@ -1,0 +1,121 @@
+"""The runtime wrapper: an autograd.Function around a compiled forward/backward pair.
+
+The forward returns the graph outputs, the new values of mutated inputs and the values the
+partition saved; the wrapper saves those for the backward, copies the new values into the
+caller's tensors, and rebuilds outputs that alias inputs or each other as views, so autograd
+and aliasing behave as in eager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import DoubleBackwardError
+from .tracing import OutputPlan
+from .views import replay
+
+Compiled = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledProgram:
+    """Everything one call needs: compiled graphs and how to turn their results into outputs.
+
+    ``backward`` is None for inference programs. ``differentiable`` says, per graph output,
+    whether it has a tangent input in the backward.
+    """
+
+    forward: Compiled
+    backward: Compiled | None
+    num_outputs: int
+    mutated_inputs: tuple[int, ...]
+    differentiable: tuple[bool, ...]
+    outputs: tuple[OutputPlan, ...]
+    out_spec: pytree.TreeSpec
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
+        """Run the program on the tensor inputs and return the user's output structure."""
+        if self.backward is None:
+            with torch.no_grad():
+                results = tuple(self.forward(*tensors))
+        else:
+            results = _CompiledFunction.apply(self, *tensors)  # type: ignore[no-untyped-call]
+        graph_outputs = results[: self.num_outputs]
+        new_values = results[self.num_outputs : self.num_outputs + len(self.mutated_inputs)]
+        with torch.no_grad():
+            for i, value in zip(self.mutated_inputs, new_values):
+                tensors[i].copy_(value)
+        leaves = [_output(plan, tensors, graph_outputs) for plan in self.outputs]
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+
+def _output(plan: OutputPlan, tensors: Sequence[torch.Tensor], graph_outputs: Sequence[Any]) -> Any:
+    if plan.kind == "graph":
+        return graph_outputs[plan.index]
+    if plan.kind == "input":
+        return replay(plan.chain, tensors[plan.index])
+    if plan.kind == "alias":
+        return replay(plan.chain, graph_outputs[plan.index])
+    return plan.value
+
+
+class _CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, program: CompiledProgram, *tensors: torch.Tensor) -> Any:
+        results = tuple(program.forward(*tensors))
+        n_out = program.num_outputs + len(program.mutated_inputs)
+        outputs, saved = results[:n_out], results[n_out:]
+        if program.mutated_inputs:
+            saved = _detach_from_inputs(saved, [tensors[i] for i in program.mutated_inputs])
+        ctx.save_for_backward(*saved)
+        ctx.program = program
+        fixed = [
+            out
+            for i, out in enumerate(outputs)
+            if isinstance(out, torch.Tensor) and (i >= program.num_outputs or not program.differentiable[i])
+        ]
+        ctx.mark_non_differentiable(*fixed)
+        return outputs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        program: CompiledProgram = ctx.program
+        assert program.backward is not None
+        tangents = [g.contiguous() for g, d in zip(grads, program.differentiable) if d]
+        saved = ctx.saved_tensors
+        with torch.no_grad():
+            results = list(program.backward(*saved, *tangents))
+        if torch.is_grad_enabled():
+            anchors = [t for t in (*saved, *tangents) if t.requires_grad]
+            if anchors:
+                results = list(_NoDoubleBackward.apply(anchors[0], *results))  # type: ignore[no-untyped-call]
+        return (None, *results)
+
+
+def _detach_from_inputs(saved: Sequence[Any], mutated: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+    # The backward reads the values the forward saw; a saved tensor sharing storage with an
+    # input the wrapper is about to overwrite must be copied first.
+    storages = {t.untyped_storage().data_ptr() for t in mutated}
+    return tuple(
+        s.clone() if isinstance(s, torch.Tensor) and s.untyped_storage().data_ptr() in storages else s for s in saved
+    )
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    """Marks gradients made with ``create_graph=True``; differentiating them again raises."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, *grads: Any) -> Any:
+        return grads
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise DoubleBackwardError(
+            "a gradient computed by a ptc_aot-compiled backward was differentiated again (double backward),"
+            " which ptc_aot does not support; compute higher-order gradients without ptc_aot"
+        )

@@ -1,0 +1,171 @@
+"""End-to-end: compiled forward outputs, input mutations and gradients equal eager's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from aot_models import MODELS, make_inputs
+
+from ptc_aot import Config, PtcAotError, aot
+from ptc_spec import META_KEY, check, dialect_of, load
+from ptc_spec.testing import compare_with_eager
+
+
+@pytest.mark.parametrize("partition", ["min_cut", "save_all"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_outputs_and_grads_match_eager(name: str, partition: str) -> None:
+    fn = MODELS[name][0]
+    compiled = aot(fn, make_inputs(name), partition=partition)
+    compare_with_eager(compiled, fn, *make_inputs(name, seed=1), grads=True)
+
+
+def test_batch_norm_running_stats_are_updated_like_eager() -> None:
+    fn = MODELS["conv_bn_relu"][0]
+    compiled = aot(fn, make_inputs("conv_bn_relu"))
+    eager_args, compiled_args = make_inputs("conv_bn_relu", 2), make_inputs("conv_bn_relu", 2)
+    for _ in range(2):
+        fn(*eager_args).sum().backward()
+        compiled(*compiled_args).sum().backward()
+    assert compiled.programs[0].mutated_inputs == (4, 5)
+    torch.testing.assert_close(compiled_args[4], eager_args[4])
+    torch.testing.assert_close(compiled_args[5], eager_args[5])
+    assert not torch.equal(compiled_args[4], torch.zeros(4))
+
+
+
+
+
+
+
+
+def test_integer_inputs_are_traced_and_passed_through() -> None:
+    def fn(x: torch.Tensor, table: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        return table[x + offset].sum(0)
+
+    args = [torch.tensor([0, 2, 1]), torch.randn(5, 3, requires_grad=True), torch.tensor(1)]
+    compare_with_eager(aot(fn, args), fn, *args, grads=True)
+
+
+def test_seeded_dropout_mask_is_shared_by_forward_and_backward() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, 0.25, training=True)
+
+    x = torch.ones(256, 64, requires_grad=True)
+    compiled = aot(fn, [x])
+    torch.manual_seed(5)
+    out = compiled(x)
+    out.backward(torch.ones_like(out))
+    assert x.grad is not None
+    # d(out)/dx is the scaled mask itself: the backward used the forward's mask.
+    torch.testing.assert_close(x.grad, out.detach())
+    kept = (out != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.02
+    torch.testing.assert_close(out[out != 0], torch.full_like(out[out != 0], 1 / 0.75))
+
+
+def test_dropout_with_same_global_seed_equals_eager() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x @ w, 0.3, training=True)
+
+    x, w = torch.randn(16, 8), torch.randn(8, 8, requires_grad=True)
+    compiled = aot(fn, [x, w])
+    torch.manual_seed(11)
+    expected = fn(x, w)
+    torch.manual_seed(11)
+    torch.testing.assert_close(compiled(x, w), expected)
+
+
+def test_dropout_with_p_zero_equals_eager() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x @ w, 0.0, training=True)
+
+    args = [torch.randn(6, 4), torch.randn(4, 4, requires_grad=True)]
+    compare_with_eager(aot(fn, args), fn, *args, grads=True)
+
+
+def test_compilers_receive_aten_graphs_with_metadata() -> None:
+    seen: list[torch.fx.GraphModule] = []
+    calls: list[str] = []
+
+    def record(gm: torch.fx.GraphModule) -> Any:
+        seen.append(gm)
+        kind = "forward" if len(seen) == 1 else "backward"
+
+        def run(*args: Any) -> Any:
+            calls.append(kind)
+            return gm(*args)
+
+        return run
+
+    fn = MODELS["mlp"][0]
+    compare_with_eager(aot(fn, make_inputs("mlp"), record, record), fn, *make_inputs("mlp"), grads=True)
+    assert len(seen) == 2 and calls == ["forward", "backward"]
+    for gm in seen:
+        assert dialect_of(gm) == "aten"
+        check(gm, "aten")
+        assert all(META_KEY in n.meta for n in gm.graph.nodes if n.op != "output")
+
+
+def test_dump_dir_writes_loadable_graphs(tmp_path: Path) -> None:
+    fn = MODELS["mlp"][0]
+    args = make_inputs("mlp")
+    compiled = aot(fn, args, dump_dir=str(tmp_path))
+    with torch.no_grad():
+        compiled(*args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backward.ptcg", "forward.ptcg", "inference_1.ptcg", "joint.ptcg"]
+    forward = load(tmp_path / "forward.ptcg")
+    expected = compiled.programs[0].forward(*args)
+    torch.testing.assert_close(forward(*args), expected)
+
+
+def test_check_boundaries_round_trips_graphs_and_still_matches_eager() -> None:
+    fn = MODELS["attention"][0]
+    compiled = aot(fn, make_inputs("attention"), config=Config(check_boundaries=True))
+    compare_with_eager(compiled, fn, *make_inputs("attention", 1), grads=True)
+
+
+def test_new_shapes_compile_a_new_program() -> None:
+    fn = MODELS["mlp"][0]
+    compiled = aot(fn, make_inputs("mlp"))
+    args = make_inputs("mlp")
+    args[0] = torch.randn(3, 16)
+    compare_with_eager(compiled, fn, *args, grads=True)
+    assert len(compiled.programs) == 2
+
+
+def test_example_inputs_may_be_none_only_for_graph_modules() -> None:
+    with pytest.raises(PtcAotError, match="GraphModule"):
+        aot(MODELS["mlp"][0], None)
+
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.ptcg"))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
+def test_fixture_torch_graphs_match_eager(path: Path) -> None:
+    gm = load(path)
+    assert dialect_of(gm) == "torch"
+    metas = [n.meta[META_KEY] for n in gm.graph.nodes if n.op == "placeholder"]
+    args = [meta.example(seed=i) for i, meta in enumerate(metas)]
+    compare_with_eager(aot(gm, None), gm, *args, grads=True)
+
+
+def test_fixture_graphs_survive_boundary_checks() -> None:
+    gm = load(FIXTURES[0])
+    metas = [n.meta[META_KEY] for n in gm.graph.nodes if n.op == "placeholder"]
+    args = [meta.example(seed=i) for i, meta in enumerate(metas)]
+    compare_with_eager(aot(gm, None, config=Config(check_boundaries=True)), gm, *args, grads=True)
+
+
+def test_unhashable_python_arguments_get_a_clear_error() -> None:
+    def fn(x: torch.Tensor, dims: Any) -> torch.Tensor:
+        return x.sum(dims)
+
+    compiled = aot(fn, [torch.randn(2, 3), (0,)])
+    torch.testing.assert_close(compiled(torch.ones(2, 3), (0,)), torch.full((3,), 2.0))
+    with pytest.raises(PtcAotError, match="not hashable"):
+        compiled(torch.ones(2, 3), [0])

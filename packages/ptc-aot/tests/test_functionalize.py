@@ -1,0 +1,171 @@
+"""Functionalization: mutations and views behave as in eager, and graphs hold no mutation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from ptc_aot import UnsupportedMutationError, aot, functionalize, trace_program
+from ptc_spec import TensorMeta
+from ptc_spec.testing import compare_with_eager
+
+
+def _mutates_input(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    x.add_(1)
+    return x * w
+
+
+def _mutates_through_view(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    v = x.view(-1)[2:5]
+    v.mul_(2)
+    return x.sum(0) * w, v
+
+
+def _reads_base_after_view_write(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y[1:3].mul_(5)
+    y.select(1, 0).add_(1)
+    return y * 2
+
+
+def _setitem(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x * 1
+    z[0] = y
+    return z.t()
+
+
+def _saves_then_mutates(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y = x.exp() * w
+    x.add_(1)
+    return y
+
+
+def _returns_views_of_inputs(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.t(), x[1], (x * w).sum(), w
+
+
+def _returns_aliased_outputs(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 2
+    return y[0], y[1:], y.view(-1)
+
+
+def _returns_base_and_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x.sin()
+    return y, y.t()
+
+
+def _out_variant(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    buf = torch.empty(3, 4)
+    torch.mul(x, 2, out=buf)
+    return buf * w
+
+
+def _returns_mutated_input(x: torch.Tensor) -> torch.Tensor:
+    return x.mul_(2)
+
+
+def _optimizer_step(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    # Eager allows mutating a leaf that requires grad under no_grad (optimizer updates).
+    with torch.no_grad():
+        w.sub_(0.1 * g)
+    return (x @ w).tanh()
+
+
+def _writes_through_split(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    first, _ = y.split(2)
+    first.mul_(3)
+    return y + 1
+
+
+CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
+    "mutates_input": (_mutates_input, lambda: [torch.randn(3), torch.randn(3, requires_grad=True)]),
+    "mutates_through_view": (_mutates_through_view, lambda: [torch.randn(4, 3), torch.randn(3, requires_grad=True)]),
+    "reads_base_after_view_write": (_reads_base_after_view_write, lambda: [torch.randn(4, 3, requires_grad=True)]),
+    "setitem": (_setitem, lambda: [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]),
+    "saves_then_mutates": (_saves_then_mutates, lambda: [torch.randn(3), torch.randn(3, requires_grad=True)]),
+    "returns_views_of_inputs": (_returns_views_of_inputs, lambda: [torch.randn(4, 3, requires_grad=True), torch.randn(3, requires_grad=True)]),
+    "returns_aliased_outputs": (_returns_aliased_outputs, lambda: [torch.randn(4, 3, requires_grad=True)]),
+    "returns_base_and_view": (_returns_base_and_view, lambda: [torch.randn(4, 3, requires_grad=True)]),
+    "out_variant": (_out_variant, lambda: [torch.randn(3, 4), torch.randn(3, 4, requires_grad=True)]),
+    "returns_mutated_input": (_returns_mutated_input, lambda: [torch.randn(3)]),
+    "optimizer_step": (_optimizer_step, lambda: [torch.randn(3, 4), torch.randn(4, 2, requires_grad=True), torch.randn(4, 2)]),
+    "writes_through_split": (_writes_through_split, lambda: [torch.randn(4, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_outputs_mutations_and_grads_match_eager(name: str) -> None:
+    fn, make = CASES[name]
+    torch.manual_seed(0)
+    args = make()
+    compare_with_eager(aot(fn, args), fn, *args, grads=True)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_functional_graphs_contain_no_mutation(name: str) -> None:
+    fn, make = CASES[name]
+    metas = [TensorMeta.from_tensor(a) for a in make()]
+    graph = functionalize(trace_program(fn, metas, joint=True).gm).gm
+    mutating = [n for n in graph.graph.nodes if n.op == "call_function" and getattr(n.target, "_schema", None) is not None and n.target._schema.is_mutable]
+    assert mutating == []
+
+
+def test_mutated_input_becomes_an_extra_output() -> None:
+    metas = [TensorMeta.of((3,)), TensorMeta.of((3,), requires_grad=True)]
+    functional = functionalize(trace_program(_mutates_input, metas, joint=True).gm)
+    assert functional.mutated_inputs == (0,)
+    x, w = torch.randn(3), torch.randn(3)
+    results = functional.gm(x, w, torch.ones(3))
+    torch.testing.assert_close(results[1], x + 1)
+
+
+def test_outputs_aliasing_each_other_stay_aliased() -> None:
+    x = torch.randn(4, 3, requires_grad=True)
+    a, b, c = aot(_returns_aliased_outputs, [x])(x)
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() == c.untyped_storage().data_ptr()
+
+
+def test_views_of_inputs_alias_the_input() -> None:
+    x, w = torch.randn(4, 3), torch.randn(3)
+    t, row, _, same = aot(_returns_views_of_inputs, [x, w])(x, w)
+    assert t._base is x and row._base is x and same is w
+
+
+def test_returned_mutated_input_is_the_callers_tensor() -> None:
+    x = torch.randn(3)
+    before = x.clone()
+    assert aot(_returns_mutated_input, [x])(x) is x
+    torch.testing.assert_close(x, before * 2)
+
+
+def test_writing_a_grad_requiring_value_into_an_input_is_refused() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(y)
+        return x * 2
+
+    with pytest.raises(UnsupportedMutationError, match="tensor input 0"):
+        aot(fn, [torch.randn(3), torch.randn(3, requires_grad=True)])
+
+
+def test_non_contiguous_inputs_with_offsets_are_read_and_written_like_eager() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x.mul_(2)
+        return x @ w, x[1]
+
+    base = torch.randn(5, 6)
+    x = base[1:, 1:5].t()
+    w = torch.randn(4, 3, requires_grad=True)
+    assert x.storage_offset() == 7 and not x.is_contiguous()
+    compiled = aot(fn, [x, w])
+    eager_base = base.clone()
+    compare_with_eager(compiled, fn, x, w, grads=True)
+    expected_x = eager_base[1:, 1:5].t()
+    expected = fn(expected_x, w)
+    got = compiled(x, w)
+    torch.testing.assert_close(base, eager_base)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1]._base is base

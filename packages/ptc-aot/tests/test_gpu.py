@@ -1,0 +1,48 @@
+"""The same end-to-end comparisons on a CUDA device (run with ``-m gpu``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from aot_models import MODELS, make_inputs
+
+from ptc_aot import aot
+from ptc_spec.testing import compare_with_eager
+
+pytestmark = pytest.mark.gpu
+
+
+def _cuda(args: list[object]) -> list[object]:
+    moved: list[object] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            moved.append(a.detach().to("cuda").requires_grad_(a.requires_grad))
+        else:
+            moved.append(a)
+    return moved
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_outputs_and_grads_match_eager_on_cuda(name: str) -> None:
+    fn = MODELS[name][0]
+    compiled = aot(fn, _cuda(make_inputs(name)))
+    compare_with_eager(compiled, fn, *_cuda(make_inputs(name, seed=1)), grads=True, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cudnn_batch_norm_running_stats_become_graph_outputs() -> None:
+    fn = MODELS["conv_bn_relu"][0]
+    seen: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        seen.append(gm)
+        return gm
+
+    compiled = aot(fn, _cuda(make_inputs("conv_bn_relu")), record, record)
+    assert compiled.programs[0].mutated_inputs == (4, 5)
+    for gm in seen:
+        for node in gm.graph.nodes:
+            if node.target is torch.ops.aten.cudnn_batch_norm.default:
+                assert node.args[3] is None and node.args[4] is None
+    compare_with_eager(compiled, fn, *_cuda(make_inputs("conv_bn_relu", seed=1)), grads=True, rtol=1e-3, atol=1e-3)

@@ -1,0 +1,79 @@
+"""The partitioner: never more bytes than saving everything, and never recomputing matmuls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.fx
+from aot_models import MODELS, make_inputs
+
+from ptc_aot import Partition, functionalize, partition, trace_program
+from ptc_aot.recompute import NEVER_RECOMPUTE
+from ptc_spec import TensorMeta
+
+aten = torch.ops.aten
+
+
+def _split(name: str, mode: str) -> Partition:
+    fn = MODELS[name][0]
+    args = make_inputs(name)
+    program = trace_program(fn, [TensorMeta.from_tensor(a) for a in args], joint=True)
+    return partition(functionalize(program.gm), len(args), mode)
+
+
+def _tangent_dependent(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    found = {n for n in gm.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")}
+    for node in gm.graph.nodes:
+        if any(a in found for a in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
+def test_gpt_block_min_cut_saves_strictly_fewer_bytes_than_save_all() -> None:
+    min_cut, save_all = _split("gpt_block", "min_cut"), _split("gpt_block", "save_all")
+    assert save_all.saved_bytes == save_all.baseline_bytes
+    assert min_cut.baseline_bytes == save_all.saved_bytes
+    assert min_cut.saved_bytes < save_all.saved_bytes
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_min_cut_never_saves_more_than_save_all(name: str) -> None:
+    split = _split(name, "min_cut")
+    assert split.saved_bytes <= split.baseline_bytes
+
+
+@pytest.mark.parametrize("name", ["gpt_block", "attention", "mlp"])
+def test_backward_recomputes_no_matmul(name: str) -> None:
+    backward = _split(name, "min_cut").backward
+    from_tangents = _tangent_dependent(backward)
+    expensive = [n for n in backward.graph.nodes if n.op == "call_function" and n.target in NEVER_RECOMPUTE]
+    assert expensive, "the backward of a matmul model has matmuls of its own"
+    recomputed = [n.name for n in expensive if n not in from_tangents]
+    assert recomputed == []
+
+
+def test_gpt_block_backward_recomputes_the_gelu() -> None:
+    split = _split("gpt_block", "min_cut")
+    forward_gelus = [n for n in split.forward.graph.nodes if n.target is aten.gelu.default]
+    backward_gelus = [n for n in split.backward.graph.nodes if n.target is aten.gelu.default]
+    assert len(forward_gelus) == 1 and len(backward_gelus) == 1
+    assert not any(name.startswith("gelu") for name in split.saved)
+
+
+def test_saved_values_are_forward_outputs_and_backward_inputs() -> None:
+    split = _split("mlp", "min_cut")
+    forward_outputs = list(split.forward.graph.output_node().args[0])  # type: ignore[arg-type]
+    saved_nodes = forward_outputs[split.num_outputs :]
+    assert [n.name for n in saved_nodes] == list(split.saved)
+    backward_inputs = [n.name for n in split.backward.graph.nodes if n.op == "placeholder"]
+    assert backward_inputs[: len(split.saved)] == list(split.saved)
+
+
+def test_unknown_partition_mode_is_refused() -> None:
+    from ptc_aot import PartitionError
+
+    fn = MODELS["mlp"][0]
+    args = make_inputs("mlp")
+    program = trace_program(fn, [TensorMeta.from_tensor(a) for a in args], joint=True)
+    with pytest.raises(PartitionError, match="unknown partition"):
+        partition(functionalize(program.gm), len(args), "greedy")

@@ -1,0 +1,74 @@
+"""The runtime wrapper: autograd behaviour of compiled programs matches eager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from aot_models import MODELS, make_inputs
+
+import ptc_aot
+from ptc_aot import aot
+from ptc_spec.testing import compare_with_eager
+
+
+def test_backward_twice_with_retain_graph_matches_eager() -> None:
+    fn = MODELS["mlp"][0]
+    compiled = aot(fn, make_inputs("mlp"))
+    eager_args, compiled_args = make_inputs("mlp", 4), make_inputs("mlp", 4)
+    eager_out, compiled_out = fn(*eager_args).sum(), compiled(*compiled_args).sum()
+    for _ in range(2):
+        eager_out.backward(retain_graph=True)
+        compiled_out.backward(retain_graph=True)
+    for e, c in zip(eager_args[1:], compiled_args[1:]):
+        torch.testing.assert_close(c.grad, e.grad)
+
+
+def test_double_backward_raises_a_clear_error() -> None:
+    fn = MODELS["mlp"][0]
+    args = make_inputs("mlp")
+    compiled = aot(fn, args)
+    (grad,) = torch.autograd.grad(compiled(*args).pow(2).sum(), [args[1]], create_graph=True)
+    with pytest.raises(ptc_aot.DoubleBackwardError, match="double backward"):
+        grad.sum().backward()
+
+
+def test_first_order_grad_with_create_graph_matches_eager() -> None:
+    fn = MODELS["mlp"][0]
+    args = make_inputs("mlp")
+    (expected,) = torch.autograd.grad(fn(*args).pow(2).sum(), [args[1]])
+    (got,) = torch.autograd.grad(aot(fn, args)(*args).pow(2).sum(), [args[1]], create_graph=True)
+    torch.testing.assert_close(got, expected)
+
+
+def test_inputs_that_do_not_require_grad_get_none_and_unused_inputs_get_no_grad() -> None:
+    def fn(x: torch.Tensor, unused: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x * w).sum(0)
+
+    args = [torch.randn(3, 4), torch.randn(2, requires_grad=True), torch.randn(4, requires_grad=True)]
+    compiled = aot(fn, args)
+    compare_with_eager(compiled, fn, *args, grads=True)
+    x, unused, w = (a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+    compiled(x, unused, w).sum().backward()
+    assert unused.grad is None and w.grad is not None
+
+
+def test_non_differentiable_and_integer_outputs_match_eager() -> None:
+    def fn(x: torch.Tensor, idx: torch.Tensor) -> tuple[Any, ...]:
+        y = x * 2
+        return y.argmax(-1), y, idx + 1, y > 0, 3
+
+    args = [torch.randn(4, 3, requires_grad=True), torch.arange(4)]
+    out = compare_with_eager(aot(fn, args), fn, *args, grads=True)
+    assert out[4] == 3 and not out[0].requires_grad and not out[3].requires_grad and out[1].requires_grad
+
+
+def test_inference_under_no_grad_uses_a_forward_only_graph() -> None:
+    fn = MODELS["mlp"][0]
+    compiled = aot(fn, make_inputs("mlp"))
+    with torch.no_grad():
+        out = compare_with_eager(compiled, fn, *make_inputs("mlp", 3))
+    assert not out.requires_grad
+    inference = [p for p in compiled.programs if p.backward is None]
+    assert len(inference) == 1 and len(compiled.programs) == 2
