@@ -1,0 +1,49 @@
+"""The signature of one call's inputs: what selects (or creates) a recording."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+
+# One entry per argument. Static tensors contribute their address (a moved static input
+# must not replay a graph that reads the old memory); copied tensors only their layout,
+# because their values are copied into the graph's own buffer on every replay.
+STATIC = "s"
+COPIED = "c"
+VALUE = "v"
+
+
+def input_key(
+    args: Sequence[object],
+    static: frozenset[int],
+    is_pool_output: Callable[[torch.Tensor], bool],
+) -> tuple[tuple[Hashable, ...], frozenset[object]]:
+    """Return (signature of args, set of devices of their tensors)."""
+    key: list[Hashable] = []
+    devices: set[object] = set()
+    for i, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor):
+            devices.add(arg.device)
+            if i in static or isinstance(arg, torch.nn.Parameter) or is_pool_output(arg):
+                key.append((STATIC, arg.data_ptr(), arg.shape, arg.stride(), arg.dtype))
+            else:
+                key.append((COPIED, arg.shape, arg.stride(), arg.dtype, arg.requires_grad))
+        else:
+            key.append((VALUE, _hashable(arg)))
+    return tuple(key), frozenset(devices)
+
+
+def copied_indices(key: tuple[Hashable, ...]) -> tuple[int, ...]:
+    """Return the positions of arguments a recording must copy into its own buffers."""
+    return tuple(i for i, entry in enumerate(key) if isinstance(entry, tuple) and entry[0] == COPIED)
+
+
+def _hashable(value: object) -> Hashable:
+    # Plain values are baked into the recording, so they are part of the key; an unhashable
+    # one can only be told apart by identity.
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", type(value).__name__, id(value))
+    return value

@@ -1,0 +1,154 @@
+"""Training through replayed forward and backward graphs matches eager training."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from models import Block, mlp
+
+import ptc_cudagraphs as pcg
+from ptc_cudagraphs.errors import OverwrittenOutputError
+
+gpu = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    pcg.reset()
+
+
+def _train(model: torch.nn.Module, fn: Callable[..., object],
+           data: list[tuple[torch.Tensor, torch.Tensor]], set_to_none: bool) -> list[float]:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for x, y in data:
+        opt.zero_grad(set_to_none=set_to_none)
+        loss = F.mse_loss(fn(x), y)  # type: ignore[arg-type]
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _compare(make: Callable[[], torch.nn.Module], shape: tuple[int, ...],
+             set_to_none: bool) -> None:
+    torch.manual_seed(0)
+    ref = make()
+    model = copy.deepcopy(ref)
+    data = [(torch.randn(*shape, device="cuda"), torch.randn(*shape[:-1], 16, device="cuda")
+             if shape[-1] == 32 else torch.randn(*shape, device="cuda")) for _ in range(20)]
+    fast = pcg.cudagraphify(model, [data[0][0]])
+    want = _train(ref, ref, data, set_to_none)
+    got = _train(model, fast, data, set_to_none)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    snap = pcg.stats()
+    # Forward and backward are recorded on step 1; every later step replays both.
+    assert (snap.recordings, snap.replays) == (2, 19 + 19), snap
+
+
+@gpu
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_mlp_training_matches_eager(set_to_none: bool) -> None:
+    _compare(mlp, (8, 32), set_to_none)
+
+
+@gpu
+def test_gpt_block_training_matches_eager() -> None:
+    _compare(lambda: Block().cuda(), (4, 16, 64), True)
+
+
+@gpu
+def test_gradients_flow_to_inputs_requiring_grad() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ w).sum(1)
+
+    w = torch.randn(8, 8, device="cuda", requires_grad=True)
+    fast = pcg.cudagraphify(fn, [torch.randn(4, 8, device="cuda"), w], static_inputs=[1])
+    for _ in range(5):
+        x = torch.randn(4, 8, device="cuda", requires_grad=True)
+        fast(x, w).pow(2).sum().backward()  # type: ignore[attr-defined]
+        gx, gw = x.grad, w.grad.clone()  # type: ignore[union-attr]
+        w.grad = None
+        x2 = x.detach().requires_grad_(True)
+        fn(x2, w).pow(2).sum().backward()
+        torch.testing.assert_close(gx, x2.grad)
+        torch.testing.assert_close(gw, w.grad)
+        w.grad = None
+    assert pcg.stats().replays == 8
+
+
+@gpu
+def test_backward_after_a_later_forward_raises() -> None:
+    model = mlp()
+    fast = pcg.cudagraphify(model, [torch.randn(8, 32, device="cuda")], name="net")
+    for _ in range(3):
+        fast(torch.randn(8, 32, device="cuda")).sum().backward()  # type: ignore[attr-defined]
+    first = fast(torch.randn(8, 32, device="cuda"))
+    fast(torch.randn(8, 32, device="cuda"))
+    with pytest.raises(OverwrittenOutputError, match="backward of net ran after a later call"):
+        first.sum().backward()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def cpu_graphed(monkeypatch: pytest.MonkeyPatch) -> Callable[..., pcg.CudaGraphed]:
+    from fakes import FrozenRecorder
+
+    from ptc_cudagraphs import registry
+    from ptc_cudagraphs.config import Config
+    from ptc_cudagraphs.engine import Engine
+
+    engine = Engine(FrozenRecorder("cpu"), Config())
+    monkeypatch.setitem(registry._ENGINES, torch.device("cpu"), engine)
+
+    def make(fn: Callable[..., object], example: list[object], **kw: object) -> pcg.CudaGraphed:
+        fast = pcg.cudagraphify(fn, example, **kw)  # type: ignore[arg-type]
+        fast._infer.eager_reason = fast._train.eager_reason = None  # the fake records on a CPU
+        return fast
+
+    return make
+
+
+def test_training_records_backward_with_forward_and_then_only_replays(
+    cpu_graphed: Callable[..., pcg.CudaGraphed],
+) -> None:
+    torch.manual_seed(0)
+    model = mlp("cpu")
+    fast = cpu_graphed(model, [torch.randn(4, 32)], name="net")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(4):
+        opt.zero_grad()
+        fast(torch.randn(4, 32)).sum().backward()  # type: ignore[attr-defined]
+        assert all(p.grad is not None for p in model.parameters())
+        opt.step()  # moves parameter versions: eager autograd over the recording would fail
+    nodes = list(fast.engine.tree.nodes())
+    assert [(n.name, n.role, n.replays) for n in nodes] == [
+        ("net", "forward", 3), ("net (backward)", "backward", 3)]
+    assert nodes[0].recording.launches == 1  # type: ignore[union-attr]  # before the backward's warm-up
+
+
+def test_cpu_backward_after_a_later_forward_raises(cpu_graphed: Callable[..., pcg.CudaGraphed]) -> None:
+    model = mlp("cpu")
+    fast = cpu_graphed(model, [torch.randn(4, 32)], name="net")
+    fast(torch.randn(4, 32))
+    first = fast(torch.randn(4, 32))
+    fast(torch.randn(4, 32))
+    with pytest.raises(OverwrittenOutputError, match="backward of net ran after a later call"):
+        first.sum().backward()  # type: ignore[attr-defined]
+
+
+def test_gradients_reach_inputs_and_static_inputs(cpu_graphed: Callable[..., pcg.CudaGraphed]) -> None:
+    w = torch.randn(8, 8, requires_grad=True)
+    fast = cpu_graphed(lambda x, w: (x @ w).sum(1), [torch.randn(4, 8), w], static_inputs=[1])
+    for _ in range(3):
+        x = torch.randn(4, 8, requires_grad=True)
+        fast(x, w).sum().backward()  # type: ignore[attr-defined]
+        assert x.grad is not None and x.grad.shape == x.shape
+        assert w.grad is not None
+        w.grad = None
+    assert pcg.stats().replays >= 4

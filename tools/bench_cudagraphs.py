@@ -1,0 +1,194 @@
+"""Replay latency of ptc_cudagraphs beside eager and torch.compile(mode="reduce-overhead").
+
+Each (implementation, model) pair runs in its own process (caches and pools stay apart);
+the parent prints one Markdown table. Usage: python tools/bench_cudagraphs.py [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IMPLS = ("eager", "ptc_cudagraphs", "compile_reduce_overhead")
+MODELS = ("gpt4_decode_b1_s32", "mlp_b1", "gpt4_train_b8_s32")
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int = 8192, dim: int = 512, heads: int = 8, layers: int = 4, seq: int = 32) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(seq, dim) / math.sqrt(dim))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos[: idx.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def _build(model: str) -> tuple[nn.Module, Callable[[], torch.Tensor]]:
+    if model.startswith("gpt4"):
+        net = GPT().cuda()
+        batch = 8 if "train" in model else 1
+        return net, lambda: torch.randint(0, 8192, (batch, 32), device="cuda")
+    net = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 512))
+    return net.cuda(), lambda: torch.randn(1, 512, device="cuda")
+
+
+def _wrap(impl: str, fn: Callable[..., torch.Tensor], example: torch.Tensor) -> Callable[..., torch.Tensor]:
+    if impl == "ptc_cudagraphs":
+        import ptc_cudagraphs
+
+        return ptc_cudagraphs.cudagraphify(fn, [example])  # type: ignore[return-value]
+    if impl == "compile_reduce_overhead":
+        return torch.compile(fn, mode="reduce-overhead")  # type: ignore[return-value]
+    return fn
+
+
+def _time_steps(step: Callable[[int], object], steps: int) -> tuple[float, float]:
+    """Median per-step time (CUDA events, ms) and median host wall time (ms), GPU idle at each start."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gpu, host = [], []
+    for i in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        start.record()
+        step(i)
+        end.record()
+        end.synchronize()
+        host.append((time.perf_counter() - t0) * 1e3)
+        gpu.append(start.elapsed_time(end))
+    return statistics.median(gpu), statistics.median(host)
+
+
+def child(impl: str, model: str, steps: int) -> dict[str, object]:
+    torch.manual_seed(0)
+    net, make_input = _build(model)
+    inputs = [make_input() for _ in range(8)]
+    t_setup = time.perf_counter()
+    if "train" in model:
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        fn = _wrap(impl, net, inputs[0])
+
+        def step(i: int) -> object:
+            opt.zero_grad(set_to_none=True)
+            idx = inputs[i % len(inputs)]
+            loss = F.cross_entropy(fn(idx).flatten(0, 1), idx.flatten())
+            loss.backward()
+            opt.step()
+            return loss
+
+        for i in range(5):
+            step(i)
+        torch.cuda.synchronize()
+        setup_s = time.perf_counter() - t_setup
+        median, host = _time_steps(step, max(steps // 10, 20))
+        check = float("nan")
+    else:
+        net.eval()
+        fn = _wrap(impl, lambda idx: net(idx), inputs[0])
+        with torch.no_grad():
+            for i in range(30):
+                fn(inputs[i % len(inputs)])
+            torch.cuda.synchronize()
+            setup_s = time.perf_counter() - t_setup
+            check = (fn(inputs[1]) - net(inputs[1])).abs().max().item()
+            median, host = _time_steps(lambda i: fn(inputs[i % len(inputs)]), steps)
+    graphs = "-"
+    if impl == "ptc_cudagraphs":
+        import ptc_cudagraphs
+
+        snap = ptc_cudagraphs.stats()
+        graphs = f"{snap.recordings} rec, {snap.replays} replays, eager {snap.eager_calls} {snap.fallbacks}"
+    return {
+        "graphs": graphs,
+        "impl": impl,
+        "model": model,
+        "median_ms": median,
+        "host_ms": host,
+        "peak_mib": torch.cuda.max_memory_allocated() / 2**20,
+        "max_abs_err": check,
+        "setup_s": setup_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--child", nargs=2, metavar=("IMPL", "MODEL"))
+    parser.add_argument("--skip", default="", help="comma-separated impl:model pairs to leave out")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.steps)))
+        return
+    skip = set(filter(None, args.skip.split(",")))
+    rows: list[dict[str, object]] = []
+    for model in MODELS:
+        for impl in IMPLS:
+            if f"{impl}:{model}" in skip:
+                continue
+            cmd = [sys.executable, __file__, "--child", impl, model, "--steps", str(args.steps)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), timeout=300)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                print(f"{impl} {model} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+                continue
+            rows.append(json.loads(lines[-1]))
+            print(json.dumps(rows[-1]), flush=True)
+    print()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, steps {args.steps}")
+    print()
+    print("| model | impl | median step (ms) | host step (ms) | vs reduce-overhead | peak MiB | max abs err | setup s | ptc graphs |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        ref = next((r for r in rows if r["model"] == row["model"] and r["impl"] == "compile_reduce_overhead"), None)
+        ratio = f"{row['median_ms'] / ref['median_ms']:.2f}x" if ref else "-"  # type: ignore[operator]
+        print(
+            f"| {row['model']} | {row['impl']} | {row['median_ms']:.4f} | {row['host_ms']:.4f} | {ratio} "
+            f"| {row['peak_mib']:.1f} | {row['max_abs_err']:.2e} | {row['setup_s']:.1f} | {row['graphs']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
