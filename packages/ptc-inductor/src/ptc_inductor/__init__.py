@@ -1,0 +1,21 @@
+"""ptc-inductor: compiles core-dialect FX graphs into fused C++/OpenMP kernels and a Python wrapper."""
+
+from .build import STATS as build_stats
+from .compiler import CompiledGraph, compile
+from .config import Config, config_from_env
+from .coverage import coverage
+from .errors import BuildError, CodegenError, LoweringError, PtcInductorError, UnsupportedOpError
+
+__all__ = [
+    "BuildError",
+    "CodegenError",
+    "CompiledGraph",
+    "Config",
+    "LoweringError",
+    "PtcInductorError",
+    "UnsupportedOpError",
+    "build_stats",
+    "compile",
+    "config_from_env",
+    "coverage",
+]

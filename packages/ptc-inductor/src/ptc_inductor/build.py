@@ -1,0 +1,147 @@
+"""Compiling generated C++ with the system compiler, with an on-disk cache keyed by source and flags.
+
+Entries are written atomically (temp file + os.replace) next to a checksum; an entry whose
+checksum does not match, or that fails to load, is rebuilt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from .config import Config
+from .errors import BuildError
+
+log = logging.getLogger("ptc.inductor.cache")
+
+
+@dataclass
+class BuildStats:
+    """Counters of this process's builds (the cache's only mutable state besides the loaded set)."""
+
+    compiles: int = 0
+    disk_hits: int = 0
+    memory_hits: int = 0
+    rebuilt_corrupt: int = 0
+
+
+STATS = BuildStats()
+_LOADED: dict[str, ctypes.CDLL] = {}
+_LOCK = threading.Lock()
+
+
+@functools.cache
+def _compiler_id(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"the C++ compiler '{cxx}' cannot run ({exc}): install g++ or set PTC_INDUCTOR_CXX") from exc
+    return out.splitlines()[0] if out else cxx
+
+
+@functools.cache
+def _machine_id() -> str:
+    # -march=native code is only valid on the CPU it was built for.
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")):
+                    model += line
+    except OSError:
+        model = platform.processor()
+    return hashlib.sha256((platform.machine() + model).encode()).hexdigest()[:16]
+
+
+def cache_key(source: str, config: Config) -> str:
+    """The cache key of ``source`` built with ``config``'s compiler and flags."""
+    h = hashlib.sha256()
+    for part in (source, config.cxx, " ".join(config.cxx_flags), _compiler_id(config.cxx), _machine_id()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def _file_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _compile(source: str, so_path: str, config: Config) -> None:
+    directory = os.path.dirname(so_path)
+    os.makedirs(directory, exist_ok=True)
+    fd, cpp_tmp = tempfile.mkstemp(suffix=".cpp", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(source)
+    so_tmp = cpp_tmp[:-4] + ".so"
+    cmd = [config.cxx, "-std=c++17", *config.cxx_flags, cpp_tmp, "-o", so_tmp]
+    log.debug("compiling: %s", " ".join(cmd))
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        STATS.compiles += 1
+        if result.returncode != 0:
+            raise BuildError(f"{config.cxx} failed on generated kernels ({cpp_tmp}):\n{result.stderr[-4000:]}")
+        digest = _file_digest(so_tmp)
+        os.replace(cpp_tmp, so_path[:-3] + ".cpp")
+        os.replace(so_tmp, so_path)
+        sum_tmp = so_path + f".{os.getpid()}.tmp"
+        with open(sum_tmp, "w", encoding="utf-8") as f:
+            f.write(digest)
+        os.replace(sum_tmp, so_path + ".sha256")
+    finally:
+        for leftover in (cpp_tmp, so_tmp):
+            if os.path.exists(leftover) and leftover not in (so_path,):
+                os.unlink(leftover)
+
+
+def _valid(so_path: str) -> bool:
+    try:
+        with open(so_path + ".sha256", encoding="utf-8") as f:
+            want = f.read().strip()
+        return _file_digest(so_path) == want
+    except OSError:
+        return False
+
+
+def load_library(source: str, config: Config) -> tuple[ctypes.CDLL, str]:
+    """Return the loaded shared library for ``source`` (compiling only on a cache miss) and its path."""
+    key = cache_key(source, config)
+    so_path = os.path.join(config.cache_dir, key[:2], key + ".so")
+    with _LOCK:
+        lib = _LOADED.get(so_path)
+        if lib is not None:
+            STATS.memory_hits += 1
+            return lib, so_path
+        if os.path.exists(so_path) and _valid(so_path):
+            try:
+                lib = ctypes.CDLL(so_path)
+                STATS.disk_hits += 1
+            except OSError:
+                lib = None
+        else:
+            lib = None
+        if lib is None:
+            if os.path.exists(so_path):
+                STATS.rebuilt_corrupt += 1
+                log.warning("cache entry %s is corrupt; rebuilding it", so_path)
+            _compile(source, so_path, config)
+            try:
+                lib = ctypes.CDLL(so_path)
+            except OSError as exc:
+                raise BuildError(f"built {so_path} but could not load it: {exc}") from exc
+        _LOADED[so_path] = lib
+        return lib, so_path
+
+
+def clear_memory_cache() -> None:
+    """Forget the libraries loaded in this process, so the next compile consults the disk again."""
+    with _LOCK:
+        _LOADED.clear()

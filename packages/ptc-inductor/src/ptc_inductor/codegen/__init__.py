@@ -1,0 +1,1 @@
+"""Backends: C++/OpenMP kernels and the Python wrapper that calls them."""

@@ -1,0 +1,530 @@
+"""C++/OpenMP code generation: one ``ops`` handler emitting C++ per node, and the loop nests."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+
+from ..analysis import node_vars
+from ..config import Config
+from ..errors import CodegenError
+from ..indexing import Expr, contiguous_strides, indirect_symbol, xvar
+from ..ir import Buffer, ComputedNode
+from ..scheduler import Kernel
+from ..virtualized import set_ops_handler
+from .cpp_index import cconst, cexpr, compute_ctype, storage_ctype
+from .cpp_prelude import PRELUDE
+
+_UNARY = {
+    "exp": "std::exp({0})",
+    "exp2": "std::exp2({0})",
+    "expm1": "std::expm1({0})",
+    "log": "std::log({0})",
+    "log2": "std::log2({0})",
+    "log10": "std::log10({0})",
+    "log1p": "std::log1p({0})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "ptc_rsqrt({0})",
+    "reciprocal": "(decltype({0})(1) / {0})",
+    "sin": "std::sin({0})",
+    "cos": "std::cos({0})",
+    "tan": "std::tan({0})",
+    "asin": "std::asin({0})",
+    "acos": "std::acos({0})",
+    "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})",
+    "tanh": "std::tanh({0})",
+    "asinh": "std::asinh({0})",
+    "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})",
+    "sigmoid": "ptc_sigmoid({0})",
+    "erf": "std::erf({0})",
+    "erfc": "std::erfc({0})",
+    "erfinv": "static_cast<decltype({0})>(ptc_erfinv({0}))",
+    "lgamma": "std::lgamma({0})",
+    "digamma": "static_cast<decltype({0})>(ptc_digamma({0}))",
+    "i0": "static_cast<decltype({0})>(ptc_i0({0}))",
+    "frac": "ptc_frac({0})",
+    "abs": "ptc_abs({0})",
+    "neg": "(-{0})",
+    "sign": "ptc_sign({0})",
+    "bitwise_not": "ptc_bitwise_not({0})",
+    "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})",
+    "round": "ptc_round({0})",
+    "trunc": "std::trunc({0})",
+    "signbit": "std::signbit({0})",
+    "isnan": "std::isnan({0})",
+    "isinf": "std::isinf({0})",
+    "logical_not": "(!{0})",
+    "relu": "ptc_max({0}, decltype({0})(0))",
+}
+
+_BINARY = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "truediv": "({0} / {1})",
+    "floordiv": "ptc_floordiv({0}, {1})",
+    "truncdiv": "ptc_truncdiv({0}, {1})",
+    "remainder": "ptc_remainder({0}, {1})",
+    "fmod": "ptc_fmod({0}, {1})",
+    "pow": "ptc_pow({0}, {1})",
+    "maximum": "ptc_max({0}, {1})",
+    "minimum": "ptc_min({0}, {1})",
+    "atan2": "std::atan2({0}, {1})",
+    "copysign": "std::copysign({0}, {1})",
+    "nextafter": "std::nextafter({0}, {1})",
+    "bitwise_and": "({0} & {1})",
+    "bitwise_or": "({0} | {1})",
+    "bitwise_xor": "({0} ^ {1})",
+    "left_shift": "ptc_shl({0}, {1})",
+    "right_shift": "ptc_shr({0}, {1})",
+    "fmax": "ptc_fmax({0}, {1})",
+    "fmin": "ptc_fmin({0}, {1})",
+    "hypot": "std::hypot({0}, {1})",
+    "logaddexp": "ptc_logaddexp({0}, {1})",
+    "heaviside": "ptc_heaviside({0}, {1})",
+    "eq": "({0} == {1})",
+    "ne": "({0} != {1})",
+    "lt": "({0} < {1})",
+    "le": "({0} <= {1})",
+    "gt": "({0} > {1})",
+    "ge": "({0} >= {1})",
+    "logical_and": "(static_cast<bool>({0}) && static_cast<bool>({1}))",
+    "logical_or": "(static_cast<bool>({0}) || static_cast<bool>({1}))",
+    "logical_xor": "(static_cast<bool>({0}) != static_cast<bool>({1}))",
+}
+
+POINTWISE_OPS = frozenset(_UNARY) | frozenset(_BINARY)
+"""Names of the math ops every backend handler implements (besides load/store/where/...)."""
+
+_COMBINE = {
+    "sum": "{acc} += {v};",
+    "prod": "{acc} *= {v};",
+    "max": "{acc} = ptc_max({acc}, {v});",
+    "min": "{acc} = ptc_min({acc}, {v});",
+    "any": "{acc} = {acc} || static_cast<bool>({v});",
+    "all": "{acc} = {acc} && static_cast<bool>({v});",
+    "argmax": "{acc} = ptc_argmax_add({acc}, {v}, {i});",
+    "argmin": "{acc} = ptc_argmin_add({acc}, {v}, {i});",
+    "welford": "{acc} = ptc_welford_add({acc}, {v});",
+}
+
+_MERGE = {
+    "sum": "{a} += {b};",
+    "prod": "{a} *= {b};",
+    "max": "{a} = ptc_max({a}, {b});",
+    "min": "{a} = ptc_min({a}, {b});",
+    "any": "{a} = {a} || {b};",
+    "all": "{a} = {a} && {b};",
+    "argmax": "{a} = ptc_argmax_merge({a}, {b});",
+    "argmin": "{a} = ptc_argmin_merge({a}, {b});",
+    "welford": "{a} = ptc_welford_merge({a}, {b});",
+}
+
+
+_SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "ptc_max", "min": "ptc_min"}
+"""Reductions whose accumulator OpenMP can split across vector lanes."""
+
+
+def _reduction_init(rtype: str, dtype: torch.dtype, src_dtype: torch.dtype) -> tuple[str, str]:
+    """The C++ accumulator type and initial value of a reduction."""
+    ct = compute_ctype(dtype)
+    if rtype == "sum":
+        return ct, cconst(0, dtype)
+    if rtype == "prod":
+        return ct, cconst(1, dtype)
+    if rtype in ("max", "min"):
+        sign = "-" if rtype == "max" else ""
+        if dtype.is_floating_point:
+            return ct, f"{sign}std::numeric_limits<{ct}>::infinity()"
+        bound = "lowest" if rtype == "max" else "max"
+        return ct, f"std::numeric_limits<{ct}>::{bound}()"
+    if rtype in ("any", "all"):
+        return "bool", "false" if rtype == "any" else "true"
+    if rtype in ("argmax", "argmin"):
+        st = compute_ctype(src_dtype)
+        return f"PtcArg<{st}>", f"PtcArg<{st}>{{{st}(0), -1}}"
+    if rtype == "welford":
+        return f"PtcWelford<{ct}>", f"PtcWelford<{ct}>{{}}"
+    raise CodegenError(f"unknown reduction type {rtype}")
+
+
+@dataclass
+class _Acc:
+    name: str
+    rtype: str
+    ctype: str
+    init: str
+
+
+class _NodeCode:
+    """The C++ of one node: statements before, inside and after its innermost loop."""
+
+    def __init__(self) -> None:
+        self.prefix: list[str] = []
+        self.body: list[str] = []
+        self.suffix: list[str] = []
+        self.accs: list[_Acc] = []
+
+
+class CppOps:
+    """The ``ops`` handler that emits C++ statements for one node into a _NodeCode."""
+
+    def __init__(
+        self,
+        code: _NodeCode,
+        buffers: dict[str, Buffer],
+        names: Callable[[], str],
+        rvars: Sequence[Expr],
+        rranges: Sequence[int],
+        partial: bool,
+        hoist: frozenset[sympy.Symbol] | None,
+        local: frozenset[str] = frozenset(),
+    ) -> None:
+        self.code = code
+        self.local = local
+        self.hoist = hoist
+        self.hoisted: dict[str, str] = {}
+        self.masked_depth = 0
+        self.buffers = buffers
+        self._fresh = names
+        self.lines = code.body
+        self.cse: dict[str, str] = {}
+        self.rvars = rvars
+        self.rranges = rranges
+        self.partial = partial
+
+    def _emit(self, expr: str) -> str:
+        found = self.cse.get(expr)
+        if found is not None:
+            return found
+        name = self._fresh()
+        self.lines.append(f"auto {name} = {expr};")
+        self.cse[expr] = name
+        return name
+
+    def load(self, name: str, index: Expr) -> str:
+        if name in self.local:
+            return f"{name}_v"
+        dtype = self.buffers[name].layout.dtype
+        ref = f"{name}[{cexpr(index)}]"
+        if dtype == torch.bfloat16:
+            ref = f"ptc_bf16_to_float({ref})"
+        elif dtype == torch.float16:
+            ref = f"ptc_half_to_float({ref})"
+        if self.hoist is not None and self.masked_depth == 0 and index.free_symbols <= self.hoist:
+            # Loop-invariant loads go before the inner loops: gcc will not vectorize a
+            # loop that re-reads them, and they cost nothing there.
+            found = self.hoisted.get(ref)
+            if found is None:
+                found = self._fresh()
+                self.code.prefix.append(f"auto {found} = {ref};")
+                self.hoisted[ref] = found
+            return found
+        return self._emit(ref)
+
+    def store(self, name: str, index: Expr, value: str) -> None:
+        dtype = self.buffers[name].layout.dtype
+        if name in self.local:
+            rounded = self.to_dtype(value, dtype) if dtype in (torch.bfloat16, torch.float16) else value
+            self.lines.append(f"{name}_v = static_cast<{compute_ctype(dtype)}>({rounded});")
+            return
+        if dtype == torch.bfloat16:
+            v = f"ptc_float_to_bf16(static_cast<float>({value}))"
+        elif dtype == torch.float16:
+            v = f"ptc_float_to_half(static_cast<float>({value}))"
+        else:
+            v = f"static_cast<{storage_ctype(dtype)}>({value})"
+        self.lines.append(f"{name}[{cexpr(index)}] = {v};")
+
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        return self._emit(cconst(value, dtype))
+
+    def index_expr(self, expr: Expr, dtype: torch.dtype) -> str:
+        return self._emit(f"static_cast<{compute_ctype(dtype)}>({cexpr(sympy.expand(expr))})")
+
+    def to_dtype(self, x: str, dtype: torch.dtype) -> str:
+        if dtype == torch.bfloat16:
+            return self._emit(f"ptc_round_bf16(static_cast<float>({x}))")
+        if dtype == torch.float16:
+            return self._emit(f"ptc_round_half(static_cast<float>({x}))")
+        return self._emit(f"static_cast<{compute_ctype(dtype)}>({x})")
+
+    def where(self, cond: str, a: str, b: str) -> str:
+        return self._emit(f"({cond} ? {a} : {b})")
+
+    def masked(self, mask: str, body: Callable[[], Any], other: Any, dtype: torch.dtype) -> str:
+        saved_lines, saved_cse = self.lines, self.cse
+        inner: list[str] = []
+        self.lines, self.cse = inner, dict(saved_cse)
+        self.masked_depth += 1
+        try:
+            result = body()
+        finally:
+            self.lines, self.cse = saved_lines, saved_cse
+            self.masked_depth -= 1
+        ct = compute_ctype(dtype)
+        name = self._fresh()
+        lam = " ".join(inner)
+        self.lines.append(
+            f"auto {name} = [&]() -> {ct} {{ if (!({mask})) return {cconst(other, dtype)}; {lam} return static_cast<{ct}>({result}); }}();"
+        )
+        return name
+
+    def indirect_indexing(self, value: str, size: int) -> sympy.Symbol:
+        name = self._fresh()
+        self.lines.append(f"int64_t {name} = ptc_wrap_index({value}, {size});")
+        return indirect_symbol(name)
+
+    def rand(self, seed: str, offset: str) -> str:
+        return self._emit(f"ptc_rand({seed}, {offset})")
+
+    def randn(self, seed: str, offset: str) -> str:
+        return self._emit(f"ptc_randn({seed}, {offset})")
+
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, rtype: str, value: str) -> Any:
+        ctype, init = _reduction_init(rtype, dtype, src_dtype)
+        acc = self._fresh().replace("tmp", "acc")
+        self.code.accs.append(_Acc(acc, rtype, ctype, init))
+        self.code.prefix.append(f"{ctype} {acc} = {init};")
+        flat = sum((v * s for v, s in zip(self.rvars, contiguous_strides(self.rranges))), sympy.Integer(0))
+        target = f"{acc}_part" if self.partial else acc
+        self.lines.append(_COMBINE[rtype].format(acc=target, v=value, i=cexpr(sympy.expand(flat))))
+        self.lines = self.code.suffix
+        self.cse = {}
+        if rtype in ("argmax", "argmin"):
+            return f"{acc}.i"
+        if rtype == "welford":
+            return (f"{acc}.mean", f"{acc}.m2", f"{acc}.n")
+        return acc
+
+    def __getattr__(self, name: str) -> Callable[..., str]:
+        if name in _UNARY:
+            fmt = _UNARY[name]
+            return lambda x: self._emit(fmt.format(x))
+        if name in _BINARY:
+            fmt2 = _BINARY[name]
+            return lambda a, b: self._emit(fmt2.format(a, b))
+        raise CodegenError(f"the C++ backend has no op '{name}'")
+
+
+@dataclass(frozen=True, slots=True)
+class CppKernel:
+    """Generated source of one kernel and the buffers it takes, in parameter order."""
+
+    name: str
+    source: str
+    params: tuple[str, ...]
+
+
+def _loop(var: str, size: int) -> str:
+    return f"for (int64_t {var} = 0; {var} < {size}; ++{var})"
+
+
+def _numel(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+class _KernelWriter:
+    def __init__(self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, local: frozenset[str]) -> None:
+        self.kernel = kernel
+        self.local = frozenset(b.name for n in kernel.nodes for b in n.outputs if b.name in local)
+        self.buffers = buffers
+        self.config = config
+        self.counter = itertools.count()
+        self.lines: list[str] = []
+        self.indent = 1
+
+    def fresh(self) -> str:
+        return f"tmp{next(self.counter)}"
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def node_code(self, node: ComputedNode, partial: bool = False, outer: int | None = None) -> _NodeCode:
+        """Run ``node``'s body through CppOps; loads that only use the first ``outer`` loop vars are hoisted."""
+        code = _NodeCode()
+        xs, rs = node_vars(node)
+        hoist = None if outer is None else frozenset(xvar(i) for i in range(outer))
+        handler = CppOps(code, self.buffers, self.fresh, rs, node.reduction_ranges, partial, hoist, self.local)
+        with set_ops_handler(handler):
+            node.body(xs, rs)
+        return code
+
+    def comment(self, node: ComputedNode) -> None:
+        what = node.reduction_type or node.kind
+        self.line(f"// {node.name}: {what} over {list(node.ranges)}"
+                  + (f" x {list(node.reduction_ranges)}" if node.reduction_ranges else "")
+                  + f", from graph node(s) {', '.join(node.origins)}")
+
+    def emit_inner(self, node: ComputedNode, k: int) -> None:
+        """Emit ``node``'s loops below the kernel's ``k`` shared outer loops."""
+        self.comment(node)
+        code = self.node_code(node, outer=k)
+        self.line("{")
+        self.indent += 1
+        for text in code.prefix:
+            self.line(text)
+        if node.is_reduction:
+            simd = len(code.accs) == 1 and code.accs[0].rtype in _SIMD_REDUCTION
+            for i, size in enumerate(node.reduction_ranges):
+                if i == len(node.reduction_ranges) - 1 and simd:
+                    op = _SIMD_REDUCTION[code.accs[0].rtype]
+                    self.line(f"#pragma omp simd reduction({op}:{code.accs[0].name})")
+                self.line(_loop(f"r{i}", size))
+            self.line("{")
+            for text in code.body:
+                self.line("    " + text)
+            self.line("}")
+            for text in code.suffix:
+                self.line(text)
+        else:
+            inner = node.ranges[k:]
+            for i, size in enumerate(inner):
+                if i == len(inner) - 1:
+                    self.line("#pragma omp simd")
+                self.line(_loop(f"x{k + i}", size))
+            self.line("{")
+            for text in code.body:
+                self.line("    " + text)
+            self.line("}")
+        self.indent -= 1
+        self.line("}")
+
+    def emit_partial_reduction(self, node: ComputedNode, parallel: bool) -> None:
+        """A whole-tensor reduction: per-thread partial accumulators merged at the end."""
+        self.comment(node)
+        code = self.node_code(node, partial=parallel, outer=0)
+        self.line("{")
+        self.indent += 1
+        for text in code.prefix:
+            self.line(text)
+        loops = [_loop(f"r{i}", s) for i, s in enumerate(node.reduction_ranges)]
+        if parallel:
+            self.line("#pragma omp parallel")
+            self.line("{")
+            for a in code.accs:
+                self.line(f"    {a.ctype} {a.name}_part = {a.init};")
+            self.line(f"    #pragma omp for collapse({len(loops)}) nowait")
+        for text in loops:
+            self.line(("    " if parallel else "") + text)
+        self.line(("    " if parallel else "") + "{")
+        for text in code.body:
+            self.line(("    " if parallel else "") + "    " + text)
+        self.line(("    " if parallel else "") + "}")
+        if parallel:
+            self.line("    #pragma omp critical")
+            self.line("    {")
+            for a in code.accs:
+                self.line("        " + _MERGE[a.rtype].format(a=a.name, b=f"{a.name}_part"))
+            self.line("    }")
+            self.line("}")
+        for text in code.suffix:
+            self.line(text)
+        self.indent -= 1
+        self.line("}")
+
+    def declare_locals(self) -> None:
+        """Declare the kernel-local buffers: one value per outer point, kept out of memory."""
+        for name in sorted(self.local):
+            self.line(f"{compute_ctype(self.buffers[name].layout.dtype)} {name}_v;")
+
+    def work(self) -> int:
+        return sum(_numel(n.ranges) * max(_numel(n.reduction_ranges), 1) for n in self.kernel.nodes)
+
+    def emit_body(self) -> None:
+        kernel = self.kernel
+        outer = kernel.outer
+        parallel = self.work() >= self.config.parallel_min_work
+        flat_pointwise = all(not n.is_reduction and n.ranges == outer for n in kernel.nodes) and len(outer) >= 1
+        if not outer:
+            self.declare_locals()
+            for node in kernel.nodes:
+                if node.is_reduction and node.reduction_ranges:
+                    self.emit_partial_reduction(node, parallel and _numel(node.reduction_ranges) >= self.config.parallel_min_work)
+                else:
+                    self.emit_inner(node, 0)
+            return
+        if flat_pointwise:
+            # Every node covers the same points: one loop nest, all bodies in its innermost loop.
+            k = len(outer)
+            for i, size in enumerate(outer):
+                if i == 0 and parallel:
+                    collapse = f" collapse({k - 1})" if k > 2 else ""
+                    self.line(f"#pragma omp parallel for{collapse}" if k > 1 else "#pragma omp parallel for simd")
+                if i == k - 1 and k > 1:
+                    self.line("#pragma omp simd")
+                if i == 0 and k == 1 and not parallel:
+                    self.line("#pragma omp simd")
+                self.line(_loop(f"x{i}", size))
+            self.line("{")
+            self.indent += 1
+            for node in kernel.nodes:
+                self.comment(node)
+                code = self.node_code(node)
+                self.line("{")
+                for text in code.body:
+                    self.line("    " + text)
+                self.line("}")
+            self.indent -= 1
+            self.line("}")
+            return
+        k = len(outer)
+        if parallel:
+            self.line(f"#pragma omp parallel for collapse({k})" if k > 1 else "#pragma omp parallel for")
+        for i, size in enumerate(outer):
+            self.line(_loop(f"x{i}", size))
+        self.line("{")
+        self.indent += 1
+        self.declare_locals()
+        for node in kernel.nodes:
+            self.emit_inner(node, k)
+        self.indent -= 1
+        self.line("}")
+
+    def params(self, accesses: dict[str, Any]) -> tuple[list[str], set[str]]:
+        names: list[str] = []
+        written: set[str] = set()
+        for node in self.kernel.nodes:
+            acc = accesses[node.name]
+            for name, _ in acc.loads:
+                if name not in names and name not in self.local:
+                    names.append(name)
+            for name, _ in acc.stores:
+                written.add(name)
+                if name not in names and name not in self.local:
+                    names.append(name)
+        return names, written
+
+
+def generate_kernel(
+    kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config, local: frozenset[str] = frozenset()
+) -> CppKernel:
+    """Generate the C++ function of one kernel; buffers in ``local`` become C++ locals."""
+    writer = _KernelWriter(kernel, buffers, config, local)
+    writer.emit_body()
+    names, written = writer.params(accesses)
+    params = []
+    for name in names:
+        ct = storage_ctype(buffers[name].layout.dtype)
+        const = "" if name in written else "const "
+        params.append(f"{const}{ct}* __restrict__ {name}")
+    head = f'extern "C" void {kernel.name}({", ".join(params)})'
+    source = "\n".join([head, "{", *writer.lines, "}", ""])
+    return CppKernel(kernel.name, source, tuple(names))
+
+
+def generate_source(kernels: Sequence[CppKernel]) -> str:
+    """The whole translation unit of a graph: the prelude, then every kernel."""
+    return PRELUDE + "\n" + "\n".join(k.source for k in kernels)

@@ -1,0 +1,172 @@
+"""The Python wrapper: allocates buffers per the memory plan, calls kernels and extern ops in order."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..ir import BufferArg, ExternNode, Layout
+from ..lowering.graph import LoweredGraph
+from ..memory import MemoryPlan
+from ..scheduler import Kernel, Schedule
+from .backend import KernelCall
+
+
+@dataclass(frozen=True, slots=True)
+class WrapperSource:
+    """The wrapper's Python source and the objects its namespace must hold."""
+
+    source: str
+    namespace: dict[str, Any]
+
+
+class _Namer:
+    def __init__(self) -> None:
+        self.namespace: dict[str, Any] = {
+            "torch": torch,
+            "_empty": torch.empty_strided,
+            "_as_strided": torch.as_strided,
+        }
+        self._ids: dict[Any, str] = {}
+
+    def const(self, obj: Any, hint: str = "c") -> str:
+        key: Any = obj if isinstance(obj, (torch.device, torch.dtype)) else id(obj)
+        if key in self._ids:
+            return self._ids[key]
+        name = f"_{hint}{len(self.namespace)}"
+        self.namespace[name] = obj
+        self._ids[key] = name
+        return name
+
+    def literal(self, value: Any) -> str:
+        if value is None or isinstance(value, (bool, str)):
+            return repr(value)
+        if isinstance(value, int):
+            return repr(value)
+        if isinstance(value, float):
+            return repr(value) if math.isfinite(value) else self.const(value, "f")
+        if isinstance(value, list):
+            return "[" + ", ".join(self.literal(v) for v in value) + "]"
+        if isinstance(value, tuple):
+            return "(" + "".join(self.literal(v) + ", " for v in value) + ")"
+        return self.const(value, "c")
+
+
+def _restride(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def generate_wrapper(
+    graph: LoweredGraph,
+    sched: Schedule,
+    plan: MemoryPlan,
+    calls: dict[str, KernelCall],
+    check_extern_strides: bool,
+    check_input_strides: bool = True,
+) -> WrapperSource:
+    """Generate ``call(*inputs)`` for a scheduled, planned graph whose kernels are ``calls``."""
+    names = _Namer()
+    names.namespace["_restride"] = _restride
+    lines: list[str] = []
+    params = [n if n else f"_scalar{i}" for i, n in enumerate(graph.inputs)]
+    var_layout: dict[str, Layout] = {}
+    input_vars: set[str] = set()
+    for name in graph.inputs:
+        if name:
+            lay = graph.buffers[name].layout
+            var_layout[name] = lay
+            input_vars.add(name)
+            if check_input_strides and lay.numel > 1:
+                # Kernels index inputs with the strides they were compiled for; a caller
+                # passing another layout gets a copy rather than wrong answers.
+                size, stride = names.literal(lay.size), names.literal(lay.stride)
+                lines.append(f"if {name}.stride() != {stride}: {name} = _restride({name}, {size}, {stride})")
+    ptr: dict[str, str] = {}
+    for cname, tensor in graph.constants.items():
+        names.namespace[cname] = tensor
+        names.namespace[f"{cname}_ptr"] = tensor.data_ptr()
+        ptr[cname] = f"{cname}_ptr"
+        var_layout[cname] = graph.buffers[cname].layout
+
+    def storage_of(buf: str) -> str:
+        return plan.storage.get(buf, buf)
+
+    def data_ptr(buf: str) -> str:
+        if buf in ptr:
+            return ptr[buf]
+        return f"{storage_of(buf)}.data_ptr()"
+
+    def view_expr(arg: BufferArg) -> str:
+        var = storage_of(arg.buffer)
+        lay = var_layout.get(var)
+        if lay is not None and lay.size == arg.size and lay.stride == arg.stride and arg.offset == 0:
+            return var
+        base = f"{var}.storage_offset() + " if var in input_vars else ""
+        return f"_as_strided({var}, {names.literal(arg.size)}, {names.literal(arg.stride)}, {base}{arg.offset})"
+
+    def render(a: Any) -> str:
+        if isinstance(a, BufferArg):
+            return view_expr(a)
+        if isinstance(a, list):
+            return "[" + ", ".join(render(x) for x in a) + "]"
+        if isinstance(a, tuple):
+            return "(" + "".join(render(x) + ", " for x in a) + ")"
+        return names.literal(a)
+
+    for i, step in enumerate(sched.steps):
+        for buf_name in plan.allocate.get(i, ()):
+            lay = graph.buffers[buf_name].layout
+            var_layout[buf_name] = lay
+            lines.append(
+                f"{buf_name} = _empty({names.literal(lay.size)}, {names.literal(lay.stride)}, "
+                f"dtype={names.const(lay.dtype, 'dt')}, device={names.const(lay.device, 'dev')})"
+            )
+        if isinstance(step, Kernel):
+            kc = calls[step.name]
+            names.namespace[kc.name] = kc.fn
+            origins = ", ".join(dict.fromkeys(o for n in step.nodes for o in n.origins))
+            args = [data_ptr(p) if kc.pointers else storage_of(p) for p in kc.params]
+            lines.append(f"{kc.name}({', '.join(args)})  # {origins}")
+        else:
+            lines.extend(_extern_lines(step, names, render, var_layout, check_extern_strides))
+        for var in plan.free_after.get(i, ()):
+            lines.append(f"del {var}")
+    outs = []
+    for out in graph.outputs:
+        if out.view is not None:
+            outs.append(view_expr(out.view))
+        else:
+            outs.append(names.literal(out.value))
+    if graph.output_is_tuple:
+        lines.append("return (" + "".join(o + ", " for o in outs) + ")")
+    else:
+        lines.append(f"return {outs[0]}")
+    body = "\n".join("    " + ln for ln in lines)
+    source = f"def call({', '.join(params)}):\n{body}\n"
+    return WrapperSource(source, names.namespace)
+
+
+def _extern_lines(step: ExternNode, names: _Namer, render: Any, var_layout: dict[str, Layout], check: bool) -> list[str]:
+    op = names.const(step.op, "op")
+    args = ", ".join([render(a) for a in step.args] + [f"{k}={render(v)}" for k, v in step.kwargs])
+    lines = [f"{step.name} = {op}({args})  # {', '.join(step.origins)}"]
+    outs = step.outputs if step.multi else step.outputs[:1]
+    for j, buf in enumerate(outs):
+        if buf is None:
+            continue
+        if step.multi:
+            lines.append(f"{buf.name} = {step.name}[{j}]")
+        lay = buf.layout
+        var_layout[buf.name] = lay
+        if check and lay.numel > 1:
+            size, stride = names.literal(lay.size), names.literal(lay.stride)
+            lines.append(f"if {buf.name}.stride() != {stride}: {buf.name} = _restride({buf.name}, {size}, {stride})")
+    if step.multi:
+        lines.append(f"del {step.name}")
+    return lines

@@ -1,0 +1,56 @@
+"""Configuration of ptc-inductor: one frozen dataclass, filled from the environment in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return os.path.join(base, "ptc", "inductor")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Options of one compilation; see the README for each field."""
+
+    cache_dir: str = dataclasses.field(default_factory=_default_cache_dir)
+    cxx: str = "g++"
+    cxx_flags: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
+    output_code: bool = False
+    debug_dir: str | None = None
+    fuse: bool = True
+    reuse_buffers: bool = True
+    inline_max_ops: int = 64
+    parallel_min_work: int = 32768
+    check_extern_strides: bool = True
+    check_input_strides: bool = True
+
+    def replace(self, **changes: object) -> Config:
+        """Return a copy with some fields changed."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def config_from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Config:
+    """Return a Config from environment variables (the only place they are read), then overrides."""
+    source = os.environ if env is None else env
+    fields: dict[str, object] = {}
+    if "PTC_INDUCTOR_CACHE_DIR" in source:
+        fields["cache_dir"] = source["PTC_INDUCTOR_CACHE_DIR"]
+    if "PTC_INDUCTOR_CXX" in source:
+        fields["cxx"] = source["PTC_INDUCTOR_CXX"]
+    channels = {c.strip() for c in source.get("PTC_LOGS", "").split(",") if c.strip()}
+    if "output_code" in channels or "+output_code" in channels:
+        fields["output_code"] = True
+    if "PTC_INDUCTOR_DEBUG_DIR" in source:
+        fields["debug_dir"] = source["PTC_INDUCTOR_DEBUG_DIR"]
+    if source.get("PTC_INDUCTOR_FUSE", "1") == "0":
+        fields["fuse"] = False
+    if source.get("PTC_INDUCTOR_REUSE_BUFFERS", "1") == "0":
+        fields["reuse_buffers"] = False
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return Config(**fields)  # type: ignore[arg-type]

@@ -1,0 +1,68 @@
+"""Ops lowered to library calls through ``torch.ops``: matmul, convolution, attention, scans, scatters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..ir import TensorValue
+from .context import LoweringContext
+from .registry import mark_extern, register_lowering
+
+aten = torch.ops.aten
+
+
+def _args(ctx: LoweringContext, a: Any) -> Any:
+    if isinstance(a, TensorValue):
+        return ctx.as_arg(a)
+    if isinstance(a, list):
+        return [_args(ctx, x) for x in a]
+    if isinstance(a, tuple):
+        return tuple(_args(ctx, x) for x in a)
+    return a
+
+
+def extern_lowering(op: Any) -> Callable[..., Any]:
+    """A lowering that calls ``op`` through torch.ops on realized inputs."""
+    mark_extern(op)
+
+    def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
+        return ctx.add_extern(op, _args(ctx, args), {k: _args(ctx, v) for k, v in kwargs.items()}, ctx.meta)
+
+    return lower
+
+
+EXTERN = (
+    aten.mm.default,
+    aten.addmm.default,
+    aten.bmm.default,
+    aten.convolution.default,
+    aten.convolution_backward.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten._cdist_forward.default,
+    # Scans and sorts: sequential along one dim, library kernels are already good.
+    aten.cumsum.default,
+    aten.cumprod.default,
+    aten.sort.default,
+    aten.sort.stable,
+    aten.topk.default,
+    aten.searchsorted.Tensor,
+    aten.bucketize.Tensor,
+    # Scatters write data-dependent positions; part 1 leaves them to aten.
+    aten.index_put.default,
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter_add.default,
+    aten.scatter_reduce.two,
+    aten.as_strided_scatter.default,
+)
+
+for _op in EXTERN:
+    register_lowering(_op)(extern_lowering(_op))

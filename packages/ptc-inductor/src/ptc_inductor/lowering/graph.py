@@ -1,0 +1,171 @@
+"""Walks a core-dialect FX graph and lowers every node through the lowering table."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from ..config import Config
+from ..errors import LoweringError, UnsupportedOpError
+from ..ir import Buffer, BufferArg, Layout, Node, TensorValue
+from .context import LoweringContext
+from .registry import LOWERINGS
+
+META_KEY = "ptc_meta"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOutput:
+    """One graph output: a view of a buffer, or a plain Python value."""
+
+    view: BufferArg | None
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoweredGraph:
+    """The result of lowering: IR nodes in order, buffers, inputs, constants and outputs."""
+
+    nodes: tuple[Node, ...]
+    buffers: dict[str, Buffer]
+    inputs: tuple[str, ...]
+    constants: dict[str, torch.Tensor]
+    outputs: tuple[GraphOutput, ...]
+    output_is_tuple: bool
+    storage_offsets: dict[str, int]
+
+
+def _meta(node: torch.fx.Node) -> Any:
+    if META_KEY not in node.meta:
+        raise LoweringError(f"node '{node.name}' has no meta['{META_KEY}']: build graphs with ptc_spec (trace or GraphBuilder)")
+    return node.meta[META_KEY]
+
+
+def _static(value: Any, where: str) -> int:
+    if isinstance(value, sympy.Expr) and not value.is_Integer:
+        raise LoweringError(f"{where} has symbolic size {value}; ptc-inductor part 1 compiles static shapes only: specialize the graph first")
+    return int(value)
+
+
+def _op_name(target: Any) -> str:
+    return str(getattr(target, "_name", None) or getattr(target, "__name__", target)).replace("::", ".") + (
+        f".{target._overloadname}" if hasattr(target, "_overloadname") else ""
+    )
+
+
+def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
+    """Lower every node of ``gm`` to loop IR and extern kernels."""
+    ctx = LoweringContext()
+    env: dict[torch.fx.Node, Any] = {}
+    inputs: list[str] = []
+    constants: dict[str, torch.Tensor] = {}
+    outputs: list[GraphOutput] = []
+    output_is_tuple = True
+
+    def fetch(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(fetch(x) for x in a)
+        return a
+
+    for node in gm.graph.nodes:
+        ctx.origin = node.name
+        if node.op == "placeholder":
+            meta = _meta(node)
+            if not hasattr(meta, "shape"):
+                env[node] = meta if not isinstance(meta, sympy.Expr) else _static(meta, f"input '{node.name}'")
+                inputs.append("")
+                continue
+            layout = Layout(
+                meta.dtype,
+                meta.device,
+                tuple(_static(s, f"input '{node.name}'") for s in meta.shape),
+                tuple(_static(s, f"input '{node.name}'") for s in meta.stride),
+                0,
+                False,
+            )
+            buf = ctx.add_buffer(f"arg{len(inputs)}", layout, "input")
+            ctx.storage_offsets[buf.name] = _static(meta.storage_offset, f"input '{node.name}'")
+            inputs.append(buf.name)
+            env[node] = ctx.value_of_buffer(buf)
+        elif node.op == "get_attr":
+            tensor = _fetch_attr(gm, str(node.target))
+            if not isinstance(tensor, torch.Tensor):
+                env[node] = tensor
+                continue
+            name = f"const{len(constants)}"
+            constants[name] = tensor
+            layout = Layout(tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()), 0, False)
+            env[node] = ctx.value_of_buffer(ctx.add_buffer(name, layout, "constant"))
+        elif node.op == "call_function":
+            env[node] = _lower_call(ctx, node, fetch, config)
+        elif node.op == "output":
+            result = node.args[0]
+            output_is_tuple = isinstance(result, (tuple, list))
+            items = result if output_is_tuple else [result]
+            for item in items:
+                ctx.origin = item.name if isinstance(item, torch.fx.Node) else "output"
+                outputs.append(_lower_output(ctx, item, env))
+        else:
+            raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
+    return LoweredGraph(tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple, dict(ctx.storage_offsets))
+
+
+def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: Config) -> Any:
+    target = node.target
+    if target is operator.getitem:
+        base, idx = node.args
+        return fetch(base)[idx]
+    meta = node.meta.get(META_KEY)
+    fn = LOWERINGS.get(target)
+    if fn is None:
+        if target in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg):
+            return _static(meta, f"node '{node.name}'") if meta is not None else target(*fetch(node.args))
+        raise UnsupportedOpError(
+            f"node '{node.name}' calls {_op_name(target)}, which ptc-inductor cannot lower "
+            "(it is not in core/1): run ptc_decomp.decompose(gm) first"
+        )
+    ctx.meta = meta
+    try:
+        value = fn(ctx, *fetch(node.args), **{k: fetch(v) for k, v in node.kwargs.items()})
+    except LoweringError:
+        raise
+    except NotImplementedError as exc:
+        raise LoweringError(f"node '{node.name}' ({_op_name(target)}) uses a form ptc-inductor does not support: {exc}") from exc
+    except Exception as exc:
+        raise LoweringError(f"lowering node '{node.name}' ({_op_name(target)}) failed: {exc}") from exc
+    if isinstance(value, TensorValue) and value.view is None:
+        users = len(node.users)
+        cost = ctx.cost(value)
+        if cost > 4 * config.inline_max_ops or (users > 1 and cost > config.inline_max_ops // 4):
+            value = ctx.realize(value, _meta_stride(meta))
+    return value
+
+
+def _lower_output(ctx: LoweringContext, item: Any, env: dict[torch.fx.Node, Any]) -> GraphOutput:
+    if not isinstance(item, torch.fx.Node):
+        return GraphOutput(None, item)
+    value = env[item]
+    if not isinstance(value, TensorValue):
+        return GraphOutput(None, value)
+    real = ctx.realize(value, _meta_stride(item.meta.get(META_KEY)))
+    assert real.view is not None
+    return GraphOutput(real.view)
+
+
+def _meta_stride(meta: Any) -> tuple[int, ...] | None:
+    stride = getattr(meta, "stride", None)
+    return None if stride is None else tuple(int(s) for s in stride)

@@ -1,0 +1,355 @@
+"""Lowerings of view and layout ops as index remappings (no copies), plus cat and padding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+import torch
+
+from ..indexing import Expr, contiguous_strides, linear_index, unravel
+from ..ir import BufferArg, TensorValue
+from ..virtualized import ops
+from .context import LoweringContext, buffer_loader
+from .pointwise import broadcast_loader, compute_dtype
+from .registry import register_lowering
+
+aten = torch.ops.aten
+
+IndexFn = Callable[[Sequence[Expr]], list[Expr]]
+
+
+def remap(
+    ctx: LoweringContext,
+    x: TensorValue,
+    size: Sequence[int],
+    index_fn: IndexFn,
+    strided: tuple[Sequence[int], int] | None,
+) -> TensorValue:
+    """A view of ``x`` with ``size``; ``strided`` gives (strides, offset) when x is a strided buffer view."""
+    dims = tuple(int(s) for s in size)
+    if x.view is not None and strided is not None:
+        stride, offset = strided
+        arg = BufferArg(x.view.buffer, dims, tuple(int(s) for s in stride), int(offset))
+        return TensorValue(x.dtype, x.device, dims, buffer_loader(arg, x.dtype), arg)
+    loader = x.loader
+
+    def load(idx: Sequence[Expr]) -> Any:
+        return loader(index_fn(idx))
+
+    value = TensorValue(x.dtype, x.device, dims, load)
+    ctx.track(value, (x,), 0)
+    return value
+
+
+def _norm_dim(d: int, ndim: int) -> int:
+    return d + max(ndim, 1) if d < 0 else d
+
+
+def _strided(x: TensorValue) -> tuple[tuple[int, ...], int]:
+    assert x.view is not None
+    return x.view.stride, x.view.offset
+
+
+@register_lowering(aten.permute.default)
+def _permute(ctx: LoweringContext, x: TensorValue, dims: Sequence[int]) -> TensorValue:
+    order = [_norm_dim(d, x.ndim) for d in dims]
+    size = [x.size[d] for d in order]
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        old: list[Expr] = [sympy.Integer(0)] * x.ndim
+        for i, d in enumerate(order):
+            old[d] = idx[i]
+        return old
+
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        strided = ([st[d] for d in order], off)
+    return remap(ctx, x, size, index_fn, strided)
+
+
+@register_lowering(aten.expand.default)
+def _expand(ctx: LoweringContext, x: TensorValue, size: Sequence[int], *, implicit: bool = False) -> TensorValue:
+    shift = len(size) - x.ndim
+    new_size = [x.size[i - shift] if (s == -1 and i >= shift) else int(s) for i, s in enumerate(size)]
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        new_stride = [0] * len(new_size)
+        for i in range(shift, len(new_size)):
+            new_stride[i] = 0 if (x.size[i - shift] == 1 and new_size[i] != 1) else st[i - shift]
+        strided = (new_stride, off)
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        return [sympy.Integer(0) if x.size[d] == 1 else idx[d + shift] for d in range(x.ndim)]
+
+    return remap(ctx, x, new_size, index_fn, strided)
+
+
+def _drop_dims(ctx: LoweringContext, x: TensorValue, drop: set[int]) -> TensorValue:
+    keep = [d for d in range(x.ndim) if d not in drop]
+    size = [x.size[d] for d in keep]
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        old: list[Expr] = [sympy.Integer(0)] * x.ndim
+        for i, d in enumerate(keep):
+            old[d] = idx[i]
+        return old
+
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        strided = ([st[d] for d in keep], off)
+    return remap(ctx, x, size, index_fn, strided)
+
+
+@register_lowering(aten.squeeze.dims)
+def _squeeze(ctx: LoweringContext, x: TensorValue, dims: Sequence[int]) -> TensorValue:
+    drop = {_norm_dim(d, x.ndim) for d in dims}
+    return _drop_dims(ctx, x, {d for d in drop if x.ndim and x.size[d] == 1})
+
+
+@register_lowering(aten.unsqueeze.default)
+def _unsqueeze(ctx: LoweringContext, x: TensorValue, dim: int) -> TensorValue:
+    d = dim + x.ndim + 1 if dim < 0 else dim
+    size = list(x.size)
+    size.insert(d, 1)
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        new_st = list(st)
+        new_st.insert(d, 1)
+        strided = (new_st, off)
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        return [i for j, i in enumerate(idx) if j != d]
+
+    return remap(ctx, x, size, index_fn, strided)
+
+
+@register_lowering(aten.slice.Tensor)
+def _slice(ctx: LoweringContext, x: TensorValue, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1) -> TensorValue:
+    d = _norm_dim(dim, x.ndim)
+    n = x.size[d]
+    lo = 0 if start is None else (start + n if start < 0 else start)
+    hi = n if end is None else (end + n if end < 0 else end)
+    lo, hi = min(max(lo, 0), n), min(max(hi, 0), n)
+    length = max(0, (hi - lo + step - 1) // step)
+    size = list(x.size)
+    size[d] = length
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        new_st = list(st)
+        new_st[d] = st[d] * step
+        strided = (new_st, off + lo * st[d])
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        old = list(idx)
+        old[d] = idx[d] * step + lo
+        return old
+
+    return remap(ctx, x, size, index_fn, strided)
+
+
+@register_lowering(aten.select.int)
+def _select(ctx: LoweringContext, x: TensorValue, dim: int, index: int) -> TensorValue:
+    d = _norm_dim(dim, x.ndim)
+    i = index + x.size[d] if index < 0 else index
+    size = [s for j, s in enumerate(x.size) if j != d]
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        strided = ([s for j, s in enumerate(st) if j != d], off + i * st[d])
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        old = list(idx)
+        old.insert(d, sympy.Integer(i))
+        return old
+
+    return remap(ctx, x, size, index_fn, strided)
+
+
+@register_lowering(aten.alias.default)
+def _alias(ctx: LoweringContext, x: TensorValue) -> TensorValue:
+    return x
+
+
+def view_strides(old_size: Sequence[int], old_stride: Sequence[int], new_size: Sequence[int]) -> list[int] | None:
+    """Strides that let ``new_size`` alias the strided ``old`` layout, or None when a copy is needed."""
+    chunks: list[tuple[int, int]] = []
+    for size, stride in zip(old_size, old_stride):
+        if size == 1:
+            continue
+        if chunks and chunks[-1][1] == stride * size:
+            chunks[-1] = (chunks[-1][0] * size, stride)
+        else:
+            chunks.append((size, stride))
+    result: list[int] = []
+    ci = 0
+    remaining = chunks[0][0] if chunks else 1
+    for size in new_size:
+        if size == 1:
+            result.append(1)
+            continue
+        if ci >= len(chunks) or remaining % size != 0:
+            return None
+        remaining //= size
+        result.append(chunks[ci][1] * remaining)
+        if remaining == 1:
+            ci += 1
+            remaining = chunks[ci][0] if ci < len(chunks) else 1
+    return result if ci >= len(chunks) else None
+
+
+@register_lowering(aten.view.default)
+def _view(ctx: LoweringContext, x: TensorValue, size: Sequence[int]) -> TensorValue:
+    new_size = [int(s) for s in ctx.meta.shape]
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        found = view_strides(x.size, st, new_size)
+        if found is not None:
+            strided = (found, off)
+    old_size = x.size
+    new_strides = contiguous_strides(new_size)
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        return unravel(linear_index(idx, new_strides), old_size)
+
+    return remap(ctx, x, new_size, index_fn, strided)
+
+
+@register_lowering(aten.unfold.default)
+def _unfold(ctx: LoweringContext, x: TensorValue, dimension: int, size: int, step: int) -> TensorValue:
+    d = _norm_dim(dimension, x.ndim)
+    out = [int(s) for s in ctx.meta.shape]
+    strided = None
+    if x.view is not None:
+        st, off = _strided(x)
+        new_st = list(st) if x.ndim else []
+        if x.ndim:
+            new_st[d] = st[d] * step
+        new_st.append(st[d] if x.ndim else 1)
+        strided = (new_st, off)
+
+    def index_fn(idx: Sequence[Expr]) -> list[Expr]:
+        if not x.ndim:
+            return []
+        old = list(idx[:-1])
+        old[d] = idx[d] * step + idx[-1]
+        return old
+
+    return remap(ctx, x, out, index_fn, strided)
+
+
+@register_lowering(aten.as_strided.default)
+def _as_strided(ctx: LoweringContext, x: TensorValue, size: Sequence[int], stride: Sequence[int], storage_offset: int | None = None) -> TensorValue:
+    base = ctx.realize(x) if x.view is None else x
+    assert base.view is not None
+    base_off = ctx.storage_offsets.get(base.view.buffer, 0)
+    off = (storage_offset - base_off) if storage_offset is not None else base.view.offset
+    arg = BufferArg(base.view.buffer, tuple(int(s) for s in size), tuple(int(s) for s in stride), int(off))
+    return TensorValue(x.dtype, x.device, arg.size, buffer_loader(arg, x.dtype), arg)
+
+
+@register_lowering(aten.cat.default)
+def _cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> TensorValue:
+    out_size = tuple(int(s) for s in ctx.meta.shape)
+    d = _norm_dim(dim, len(out_size))
+    dtype = ctx.meta.dtype
+    cd = compute_dtype(dtype)
+    parts: list[tuple[int, int, TensorValue]] = []
+    start = 0
+    for t in tensors:
+        if t.numel == 0 and (t.ndim == 1 or t.size[d] == 0):
+            continue
+        parts.append((start, start + t.size[d], t))
+        start += t.size[d]
+
+    def part_loader(lo: int, t: TensorValue) -> Callable[[Sequence[Expr]], Any]:
+        inner = broadcast_loader(t, t.size)
+
+        def load(idx: Sequence[Expr]) -> Any:
+            shifted = list(idx)
+            shifted[d] = idx[d] - lo
+            v = inner(shifted)
+            return ops.to_dtype(v, cd) if t.dtype != cd else v
+
+        return load
+
+    loaders = [(hi, part_loader(lo, t)) for lo, hi, t in parts]
+
+    def load(idx: Sequence[Expr]) -> Any:
+        # Later parts first, so each earlier part masks in front of what follows it.
+        result: Any = None
+        for hi, ld in reversed(loaders):
+            if result is None:
+                result = ld(idx)
+                continue
+            mask = ops.lt(ops.index_expr(idx[d], torch.int64), ops.constant(hi, torch.int64))
+            other = result
+            result = ops.where(mask, ops.masked(mask, (lambda ld=ld: ld(idx)), 0, cd), other)
+        return ops.to_dtype(result, dtype) if dtype != cd else result
+
+    value = TensorValue(dtype, torch.device(ctx.meta.device), out_size, load)
+    ctx.track(value, [t for _, _, t in parts], 1)
+    return value
+
+
+@register_lowering(aten.constant_pad_nd.default)
+def _pad(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], value: float = 0) -> TensorValue:
+    out_size = tuple(int(s) for s in ctx.meta.shape)
+    cd = compute_dtype(x.dtype)
+    pads: dict[int, int] = {}
+    for i in range(len(pad) // 2):
+        pads[x.ndim - 1 - i] = pad[2 * i]
+
+    def load(idx: Sequence[Expr]) -> Any:
+        src = [idx[d] - pads.get(d, 0) for d in range(x.ndim)]
+        conds: list[Any] = []
+        for d, left in pads.items():
+            e = ops.index_expr(src[d], torch.int64)
+            if left > 0:
+                conds.append(ops.ge(e, ops.constant(0, torch.int64)))
+            if out_size[d] - left > x.size[d]:
+                conds.append(ops.lt(e, ops.constant(x.size[d], torch.int64)))
+        if not conds:
+            return x.loader(src)
+        mask = conds[0]
+        for c in conds[1:]:
+            mask = ops.logical_and(mask, c)
+        v = ops.masked(mask, lambda: _cast(x.loader(src), x.dtype, cd), value, cd)
+        return ops.to_dtype(v, x.dtype) if x.dtype != cd else v
+
+    result = TensorValue(x.dtype, x.device, out_size, load)
+    ctx.track(result, (x,), 1)
+    return result
+
+
+def _cast(v: Any, src: torch.dtype, dst: torch.dtype) -> Any:
+    return ops.to_dtype(v, dst) if src != dst else v
+
+
+@register_lowering(aten.sym_size.int)
+def _sym_size(ctx: LoweringContext, x: TensorValue, dim: int) -> int:
+    return x.size[_norm_dim(dim, x.ndim)]
+
+
+@register_lowering(aten.sym_stride.int)
+def _sym_stride(ctx: LoweringContext, x: TensorValue, dim: int) -> int:
+    if x.view is None:
+        return contiguous_strides(x.size)[_norm_dim(dim, x.ndim)]
+    return x.view.stride[_norm_dim(dim, x.ndim)]
+
+
+@register_lowering(aten.sym_numel.default)
+def _sym_numel(ctx: LoweringContext, x: TensorValue) -> int:
+    return x.numel
+
+
+@register_lowering(aten.sym_storage_offset.default)
+def _sym_storage_offset(ctx: LoweringContext, x: TensorValue) -> int:
+    return int(ctx.meta) if isinstance(ctx.meta, int) else 0

@@ -1,0 +1,135 @@
+"""Memory planning: free buffers after their last use and reuse freed storage of equal size."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from .ir import Buffer, ExternNode
+from .lowering.context import is_dense
+from .scheduler import Kernel, Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Which storage each buffer lives in, what each step allocates, and what it frees after."""
+
+    storage: dict[str, str]
+    allocate: dict[int, tuple[str, ...]]
+    free_after: dict[int, tuple[str, ...]]
+    peak_bytes: int
+    reused: int
+    local: frozenset[str] = frozenset()
+
+
+def _key(buf: Buffer) -> tuple[int, torch.dtype, torch.device]:
+    return buf.layout.nbytes, buf.layout.dtype, buf.layout.device
+
+
+def kernel_local_buffers(sched: Schedule, outputs: set[str]) -> frozenset[str]:
+    """Buffers holding one value per outer loop point and read only there: they become C++ locals."""
+    readers: dict[str, set[str]] = defaultdict(set)
+    for step in sched.steps:
+        if isinstance(step, Kernel):
+            for node in step.nodes:
+                for name in sched.accesses[node.name].reads():
+                    readers[name].add(step.name)
+        else:
+            for name in step.reads:
+                readers[name].add(step.name)
+    found: set[str] = set()
+    for kernel in sched.kernels:
+        flat = all(not n.is_reduction and n.ranges == kernel.outer for n in kernel.nodes)
+        if flat:
+            continue
+        for node in kernel.nodes:
+            if node.ranges != kernel.outer or len(node.outputs) != 1:
+                continue
+            name = node.outputs[0].name
+            if name in outputs or readers.get(name, set()) - {kernel.name}:
+                continue
+            stores = {i for n, i in sched.accesses[node.name].stores if n == name}
+            loads = {i for n2 in kernel.nodes for n, i in sched.accesses[n2.name].loads if n == name}
+            if len(stores) == 1 and loads <= stores:
+                found.add(name)
+    return frozenset(found)
+
+
+def plan_memory(sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool) -> MemoryPlan:
+    """Plan allocations over ``sched``: buffers named in ``outputs`` live to the end."""
+    local = kernel_local_buffers(sched, outputs)
+    last_use: dict[str, int] = {}
+    defined: dict[str, int] = {}
+    for i, step in enumerate(sched.steps):
+        if isinstance(step, Kernel):
+            for node in step.nodes:
+                for name in sched.accesses[node.name].reads():
+                    last_use[name] = i
+                for b in node.outputs:
+                    defined[b.name] = i
+        else:
+            for name in step.reads:
+                last_use[name] = i
+            for ob in step.outputs:
+                if ob is not None:
+                    defined[ob.name] = i
+    storage: dict[str, str] = {}
+    allocate: dict[int, list[str]] = defaultdict(list)
+    frees: dict[int, list[str]] = defaultdict(list)
+    pool: dict[tuple[int, torch.dtype, torch.device], list[str]] = defaultdict(list)
+    storage_bytes: dict[str, int] = {}
+    live = peak = reused = 0
+    reused_storages: set[str] = set()
+    free_events: list[tuple[int, str]] = []
+    for i, step in enumerate(sched.steps):
+        made = [b for n in step.nodes for b in n.outputs] if isinstance(step, Kernel) else [b for b in step.outputs if b is not None]
+        made = [b for b in made if b.name not in local]
+        for buf in made:
+            if isinstance(step, ExternNode):
+                storage[buf.name] = buf.name
+                storage_bytes[buf.name] = buf.layout.nbytes
+                live += buf.layout.nbytes
+                continue
+            candidates = pool.get(_key(buf)) if reuse and buf.name not in outputs else None
+            if candidates:
+                s = candidates.pop()
+                storage[buf.name] = s
+                reused_storages.add(s)
+                reused += 1
+                live += storage_bytes[s]
+            else:
+                storage[buf.name] = buf.name
+                storage_bytes[buf.name] = buf.layout.nbytes
+                allocate[i].append(buf.name)
+                live += buf.layout.nbytes
+        peak = max(peak, live)
+        for buf in made:
+            if buf.name not in outputs and buf.name not in last_use:
+                last_use[buf.name] = i
+        for name, last in last_use.items():
+            if last != i or name in outputs or name not in storage or name not in defined or name in local:
+                continue
+            s = storage[name]
+            live -= storage_bytes[s]
+            buf = buffers[name]
+            free_events.append((i, s))
+            if is_dense(buf.layout.size, buf.layout.stride) and buf.layout.offset == 0:
+                pool[_key(buf)].append(s)
+    # A storage that goes back to the pool and is never taken again is deleted right away.
+    taken_after: dict[str, int] = {}
+    for name, s in storage.items():
+        if s != name:
+            taken_after[s] = max(taken_after.get(s, -1), defined[name])
+    for i, s in free_events:
+        if taken_after.get(s, -1) <= i:
+            frees[i].append(s)
+    return MemoryPlan(
+        storage,
+        {k: tuple(v) for k, v in allocate.items()},
+        {k: tuple(dict.fromkeys(v)) for k, v in frees.items()},
+        peak,
+        reused,
+        local,
+    )

@@ -1,0 +1,187 @@
+"""Groups IR nodes into kernels: vertical, reduction prologue/epilogue and horizontal fusion.
+
+A kernel shares one parallel outer loop nest (``outer``) among its nodes; each node runs its
+remaining loops inside. A node may join a kernel when every buffer it reads from that kernel
+was written at the same outer point, so the shared loop never reads ahead of a write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sympy
+
+from .analysis import Access, analyze, range_map
+from .config import Config
+from .indexing import bounds, contiguous_strides, is_linear_in, xvar
+from .ir import ComputedNode, ExternNode, Node
+
+log = logging.getLogger("ptc.inductor.schedule")
+
+SMALL_OUTER = 64
+"""Fusing may not shrink a kernel's parallel loop below this many points (it would serialize work)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """Computed nodes sharing the outer loops ``outer``; nodes run in order inside them."""
+
+    name: str
+    nodes: tuple[ComputedNode, ...]
+    outer: tuple[int, ...]
+
+
+Step = Kernel | ExternNode
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Steps in execution order, and the recorded accesses of every computed node."""
+
+    steps: tuple[Step, ...]
+    accesses: dict[str, Access]
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        """The generated kernels, in order."""
+        return tuple(s for s in self.steps if isinstance(s, Kernel))
+
+
+def outer_ranges(nodes: Sequence[ComputedNode]) -> tuple[int, ...] | None:
+    """The shared outer loop sizes of ``nodes``, or None when they cannot share a loop nest."""
+    reductions = [n for n in nodes if n.is_reduction]
+    if reductions:
+        outer = reductions[0].ranges
+        if any(r.ranges != outer for r in reductions):
+            return None
+    else:
+        outer = nodes[0].ranges
+        for n in nodes[1:]:
+            k = 0
+            while k < min(len(outer), len(n.ranges)) and outer[k] == n.ranges[k]:
+                k += 1
+            outer = outer[:k]
+    if any(n.ranges[: len(outer)] != outer for n in nodes):
+        return None
+    if not outer and len(nodes) > 1 and any(n.ranges for n in nodes):
+        return None
+    return outer
+
+
+def _numel(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+def _outer_local(
+    load: sympy.Expr,
+    store: sympy.Expr,
+    k: int,
+    consumer: ComputedNode,
+    producer: ComputedNode,
+) -> bool:
+    """True when ``load`` (in the consumer) only reads what the producer wrote at the same outer point."""
+    outer_vars = [xvar(i) for i in range(k)]
+    cranges = range_map(consumer)
+    if any(s not in cranges for s in load.free_symbols):
+        return False
+    e_rest, s_rest = load, store
+    for v in outer_vars:
+        ce, cs = is_linear_in(load, v), is_linear_in(store, v)
+        if ce is None or cs is None or ce != cs:
+            return False
+        e_rest = e_rest - ce * v
+        s_rest = s_rest - cs * v
+    e_rest, s_rest = sympy.expand(e_rest), sympy.expand(s_rest)
+    if any(v in e_rest.free_symbols or v in s_rest.free_symbols for v in outer_vars):
+        return False
+    pranges = range_map(producer)
+    if sympy.expand(e_rest - s_rest) == 0:
+        return all(cranges[s] <= pranges.get(s, 0) for s in e_rest.free_symbols)
+    dense = contiguous_strides(producer.ranges)
+    expected = sum((xvar(i) * st for i, st in enumerate(dense)), sympy.Integer(0))
+    if sympy.expand(store - expected) != 0:
+        return False
+    found = bounds(e_rest, cranges)
+    return found is not None and found[0] >= 0 and found[1] < _numel(producer.ranges[k:])
+
+
+def dependencies_ok(nodes: Sequence[ComputedNode], outer: tuple[int, ...], accesses: dict[str, Access]) -> bool:
+    """True when every in-kernel read of ``nodes`` hits data written at the same outer point."""
+    k = len(outer)
+    writer: dict[str, tuple[ComputedNode, sympy.Expr]] = {}
+    for node in nodes:
+        acc = accesses[node.name]
+        for name, index in acc.loads:
+            found = writer.get(name)
+            if found is None:
+                continue
+            if k == 0 and not node.ranges and not node.reduction_ranges:
+                continue
+            if not _outer_local(index, found[1], k, node, found[0]):
+                return False
+        for name, index in acc.stores:
+            writer[name] = (node, index)
+    return True
+
+
+def schedule(nodes: Sequence[Node], config: Config) -> Schedule:
+    """Order nodes into kernels and extern calls, fusing where legal and profitable."""
+    accesses = {n.name: analyze(n) for n in nodes if isinstance(n, ComputedNode)}
+    steps: list[list[ComputedNode] | ExternNode] = []
+    outers: list[tuple[int, ...]] = []
+    produced_at: dict[str, int] = {}
+    for node in nodes:
+        if isinstance(node, ExternNode):
+            steps.append(node)
+            outers.append(())
+            for buf in node.outputs:
+                if buf is not None:
+                    produced_at[buf.name] = len(steps) - 1
+            continue
+        reads = accesses[node.name].reads()
+        earliest = max((produced_at[r] for r in reads if r in produced_at), default=-1)
+        best, best_score = -1, -1
+        best_outer: tuple[int, ...] = ()
+        for si in range(len(steps) - 1, max(earliest, 0) - 1, -1) if config.fuse else ():
+            step = steps[si]
+            if isinstance(step, ExternNode):
+                continue
+            candidate = [*step, node]
+            outer = outer_ranges(candidate)
+            if outer is None:
+                continue
+            if outer != outers[si] and _numel(outer) < min(_numel(outers[si]), SMALL_OUTER):
+                continue
+            if not dependencies_ok(candidate, outer, accesses):
+                continue
+            written = {b.name for n in step for b in n.outputs}
+            score = len(reads & written) * 2 + len(reads & {r for n in step for r in accesses[n.name].reads()})
+            if score > best_score:
+                best, best_score, best_outer = si, score, outer
+        if best >= 0:
+            group = steps[best]
+            assert isinstance(group, list)
+            group.append(node)
+            outers[best] = best_outer
+            target = best
+        else:
+            steps.append([node])
+            outers.append(node.ranges)
+            target = len(steps) - 1
+        for buf in node.outputs:
+            produced_at[buf.name] = target
+    final: list[Step] = []
+    count = 0
+    for step, outer in zip(steps, outers):
+        if isinstance(step, ExternNode):
+            final.append(step)
+        else:
+            final.append(Kernel(f"kernel{count}", tuple(step), outer))
+            count += 1
+    log.debug("scheduled %d nodes into %d kernels", len(nodes), count)
+    return Schedule(tuple(final), accesses)

@@ -1,0 +1,86 @@
+"""Extern kernels (matmul, convolution, attention, scans, scatters) and seeded random ops."""
+
+from __future__ import annotations
+
+import torch
+from conftest import check, trace_core
+
+import ptc_inductor
+
+aten = torch.ops.aten
+
+
+def test_matmuls_with_fused_epilogues_match_eager() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(8, 16, generator=g), torch.randn(12, 16, generator=g), torch.randn(12, generator=g)
+    q, k = torch.randn(2, 5, 4, generator=g), torch.randn(2, 4, 6, generator=g)
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = aten.addmm.default(b, x, aten.permute.default(w, [1, 0]))
+        r = aten.maximum.default(h, aten.full.default([], 0.0, dtype=torch.float32, device=torch.device("cpu")))
+        o = aten.mm.default(r, w)
+        s = aten.bmm.default(aten.mul.Tensor(q, 0.5), k)
+        return aten.tanh.default(o), aten.exp.default(s)
+
+    compiled = check(fn, x, w, b, q, k)
+    externs = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+    assert [e.op for e in externs] == [aten.addmm.default, aten.mm.default, aten.bmm.default]
+
+
+def test_convolution_attention_scans_and_scatters_match_eager() -> None:
+    g = torch.Generator().manual_seed(1)
+    img, wt = torch.randn(2, 3, 9, 9, generator=g), torch.randn(4, 3, 3, 3, generator=g)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(3))
+    x = torch.randn(4, 7, generator=g)
+    idx = torch.randint(0, 4, (2, 7), generator=g)
+
+    def fn(img: torch.Tensor, wt: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        conv = aten.convolution.default(img, wt, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        att = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, True)[0]
+        values, indices = aten.sort.default(x, 1)
+        top = aten.topk.default(x, 3, 1)[0]
+        return (
+            aten.mul.Tensor(conv, 2.0),
+            aten.add.Tensor(att, 1.0),
+            aten.cumsum.default(x, 1),
+            values,
+            indices,
+            top,
+            aten.scatter_add.default(x, 0, idx, aten.slice.Tensor(x, 0, 0, 2)),
+            aten.index_put.default(x, [aten.select.int(idx, 0, 0)], aten.full.default([7], 1.0, dtype=torch.float32, device=torch.device("cpu")), True),
+        )
+
+    check(fn, img, wt, q, k, v, x, idx)
+
+
+def test_seeded_random_ops_are_deterministic_in_seed_and_offset() -> None:
+    def fn(seed: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        u = torch.ops.ptc.rand.default(seed, 0, [200, 300], dtype=torch.float32, device=torch.device("cpu"))
+        n = torch.ops.ptc.randn.default(seed, 60000, [200, 300], dtype=torch.float32, device=torch.device("cpu"))
+        u2 = torch.ops.ptc.rand.default(seed, 0, [200, 300], dtype=torch.bfloat16, device=torch.device("cpu"))
+        return u, n, u2
+
+    seed = torch.tensor(1234, dtype=torch.int64)
+    compiled = ptc_inductor.compile(trace_core(fn, seed))
+    u, n, u2 = compiled(seed)
+    again = compiled(seed)
+    assert torch.equal(u, again[0]) and torch.equal(n, again[1])
+    assert u.dtype == torch.float32 and u2.dtype == torch.bfloat16 and u.shape == (200, 300)
+    assert 0.0 <= float(u.min()) and float(u.max()) < 1.0
+    assert abs(float(u.mean()) - 0.5) < 0.01 and abs(float(n.mean())) < 0.02 and abs(float(n.std()) - 1.0) < 0.02
+    assert not torch.equal(compiled(torch.tensor(99))[0], u)
+    torch.testing.assert_close(u2, u.to(torch.bfloat16))
+
+
+def test_seed_op_draws_from_torch_generator_at_run_time() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seed = torch.ops.ptc.seed.default(torch.device("cpu"))
+        return aten.add.Tensor(x, torch.ops.ptc.rand.default(seed, 0, [4, 4], dtype=torch.float32, device=torch.device("cpu")))
+
+    compiled = ptc_inductor.compile(trace_core(fn, torch.zeros(4, 4)))
+    torch.manual_seed(0)
+    a = compiled(torch.zeros(4, 4))
+    torch.manual_seed(0)
+    b = compiled(torch.zeros(4, 4))
+    c = compiled(torch.zeros(4, 4))
+    assert torch.equal(a, b) and not torch.equal(a, c)

@@ -1,0 +1,97 @@
+"""Fusion facts: kernel counts for known patterns, and no fusion that breaks dependencies."""
+
+from __future__ import annotations
+
+import torch
+from conftest import check
+
+aten = torch.ops.aten
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    m = aten.amax.default(x, [-1], True)
+    e = aten.exp.default(aten.sub.Tensor(x, m))
+    return aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True))
+
+
+def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-1]
+    mean = aten.div.Tensor(aten.sum.dim_IntList(x, [-1], True), n)
+    d = aten.sub.Tensor(x, mean)
+    var = aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(d, d), [-1], True), n)
+    rstd = aten.rsqrt.default(aten.add.Tensor(var, 1e-5))
+    return aten.add.Tensor(aten.mul.Tensor(aten.mul.Tensor(d, rstd), w), b)
+
+
+def test_softmax_fuses_into_one_kernel() -> None:
+    compiled = check(softmax, torch.randn(64, 257))
+    assert compiled.kernel_count == 1
+    # The row max and row sum live in C++ locals: only the output is allocated.
+    assert len(compiled.memory_plan.local) == 2 and list(compiled.memory_plan.storage) == ["buf2"]
+
+
+def test_layer_norm_forward_fuses_into_one_kernel() -> None:
+    g = torch.Generator().manual_seed(0)
+    compiled = check(layer_norm, torch.randn(64, 96, generator=g), torch.randn(96, generator=g), torch.randn(96, generator=g))
+    assert compiled.kernel_count == 1
+
+
+def test_residual_add_then_layer_norm_fuses_into_one_kernel() -> None:
+    g = torch.Generator().manual_seed(1)
+
+    def fn(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = aten.add.Tensor(x, r)
+        return h, layer_norm(h, w, b)
+
+    compiled = check(fn, *(torch.randn(128, 64, generator=g) for _ in range(2)), torch.randn(64, generator=g), torch.randn(64, generator=g))
+    assert compiled.kernel_count == 1
+
+
+def test_ten_op_pointwise_chain_fuses_into_one_kernel() -> None:
+    def chain(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = aten.mul.Tensor(x, y)
+        z = aten.add.Tensor(z, 1.0)
+        z = aten.tanh.default(z)
+        z = aten.sub.Tensor(z, y)
+        z = aten.exp.default(z)
+        z = aten.mul.Tensor(z, 0.5)
+        z = aten.sigmoid.default(z)
+        z = aten.maximum.default(z, x)
+        z = aten.div.Tensor(z, 3.0)
+        return aten.neg.default(z)
+
+    g = torch.Generator().manual_seed(2)
+    compiled = check(chain, torch.randn(33, 17, generator=g), torch.randn(17, generator=g))
+    assert compiled.kernel_count == 1
+    assert compiled.schedule.kernels[0].nodes[0].kind == "pointwise"
+    assert len(compiled.memory_plan.storage) == 1
+
+
+def test_reduction_epilogue_and_independent_outputs_fuse() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s = aten.sum.dim_IntList(x, [1])
+        return aten.add.Tensor(aten.mul.Tensor(s, 2.0), 1.0), aten.amax.default(x, [1]), aten.exp.default(x)
+
+    compiled = check(fn, torch.randn(100, 30))
+    assert compiled.kernel_count == 1
+
+
+def test_column_reduction_consumer_is_not_fused_across_rows() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        s = aten.sum.dim_IntList(x, [0], True)
+        return aten.div.Tensor(x, s)
+
+    compiled = check(fn, torch.rand(70, 90) + 0.5)
+    assert compiled.kernel_count == 2
+
+
+def test_transposed_consumer_of_an_intermediate_is_not_fused() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        m = aten.amax.default(x, [1], True)
+        y = aten.exp.default(aten.sub.Tensor(x, m))
+        s = aten.sum.dim_IntList(y, [1], True)
+        z = aten.div.Tensor(y, s)
+        return aten.add.Tensor(aten.sum.dim_IntList(z, [0]), aten.select.int(aten.permute.default(z, [1, 0]), 1, 3))
+
+    compiled = check(fn, torch.randn(80, 80))
+    assert compiled.kernel_count >= 2
