@@ -183,6 +183,20 @@ def test_saving_a_graph_with_a_non_allow_listed_target_fails_clearly() -> None:
         ptc_spec.dumps(torch.fx.GraphModule({}, g))
 
 
+def test_grad_mode_switch_of_captured_graphs_round_trips() -> None:
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(torch._C._set_grad_enabled, (False,))
+    y = g.call_function(torch.mul, (x, 2))
+    g.call_function(torch._C._set_grad_enabled, (True,))
+    g.output(y)
+    gm = ptc_spec.set_dialect(torch.fx.GraphModule({}, g), "torch")
+    ptc_spec.check(gm, "torch")
+    assert ptc_spec.is_allowed_target(torch._C._set_grad_enabled) and not ptc_spec.is_allowed_target(print)
+    out = ptc_spec.roundtrip(gm)(torch.ones(2, requires_grad=True))
+    assert not out.requires_grad and torch.is_grad_enabled()
+
+
 def test_allow_target_admits_a_custom_function() -> None:
     def double(t: torch.Tensor) -> torch.Tensor:
         return t * 2

@@ -15,7 +15,7 @@ from .errors import (
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
-from .targets import allow_target
+from .targets import allow_target, is_allowed_target, target_name
 from .tracer import TracedTensor, Tracer, finish, trace
 
 __version__ = "0.1.0"
@@ -60,6 +60,7 @@ __all__ = [
     "finish",
     "known_dialects",
     "load",
+    "is_allowed_target",
     "loads",
     "node_meta",
     "offending_nodes",
@@ -70,5 +71,6 @@ __all__ = [
     "save",
     "set_dialect",
     "size_symbol",
+    "target_name",
     "trace",
 ]

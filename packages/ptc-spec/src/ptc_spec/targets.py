@@ -88,6 +88,8 @@ def _build() -> _Table:
         module = getattr(torch, sub)
         table.add_module(f"torch.{sub}", module, _public(dir(module)))
     table.add_module("torch.Tensor", torch.Tensor, tensor_method_names())
+    # Captured graphs switch grad mode around no_grad/enable_grad blocks with this call.
+    table.add("torch._C._set_grad_enabled", torch._C._set_grad_enabled)
     return table
 
 
@@ -144,6 +146,15 @@ def target_name(target: object) -> str:
             " register it with ptc_spec.allow_target if it is safe to call from a graph file"
         )
     return name
+
+
+def is_allowed_target(target: object) -> bool:
+    """True when a graph file may name ``target`` as a call_function target."""
+    try:
+        target_name(target)
+    except SerializationError:
+        return False
+    return True
 
 
 def resolve_target(name: str) -> object:
