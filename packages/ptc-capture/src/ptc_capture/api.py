@@ -1,0 +1,218 @@
+"""The public capture API: optimize, disable, allow_in_graph, reset, is_compiling, explain."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from ptc_capture import framehook
+from ptc_capture.backends import Backend, list_backends, lookup_backend, register_backend
+from ptc_capture.cache import CacheEntry, CodeCache, all_caches, cache_of
+from ptc_capture.capture import Capture, capture_frame, capture_function
+from ptc_capture.config import get_config, set_config
+from ptc_capture.explanation import ExplainOutput, explain
+from ptc_capture.interpreter.builtins import register_is_compiling
+from ptc_capture.interpreter.calls import ALLOW_IN_GRAPH, DISABLED_ATTR
+from ptc_capture.logs import channel, set_logs
+
+__all__ = [
+    "ExplainOutput",
+    "allow_in_graph",
+    "capture_function",
+    "disable",
+    "explain",
+    "get_config",
+    "is_compiling",
+    "list_backends",
+    "lookup_backend",
+    "optimize",
+    "register_backend",
+    "reset",
+    "set_config",
+    "set_logs",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_recompile_log = channel("recompiles")
+_get_extra: Callable[[types.CodeType], Any] = framehook._ext.get_code_extra if framehook.available else (lambda code: None)
+
+
+class FrameCallback:
+    """Decides, per fresh frame, which cached code runs (capturing on a miss)."""
+
+    def __init__(self, backend: Backend, fullgraph: bool, record: Callable[[Capture], None] | None = None) -> None:
+        self.backend = backend
+        self.fullgraph = fullgraph
+        self.record = record
+
+    def __call__(self, frame: Any) -> types.CodeType | None:
+        # The steady-state path of every hooked frame: kept to a few attribute reads and the
+        # guard functions themselves.
+        code = frame.f_code
+        cache: CodeCache = _get_extra(code) or cache_of(code)
+        closure = frame.closure or ()
+        f_locals, f_globals, f_builtins = frame.f_locals, frame.f_globals, frame.f_builtins
+        for entry in cache.entries:
+            if entry.owner is self and entry.check(f_locals, f_globals, f_builtins, closure):
+                return entry.code
+        return self._capture(code, cache, frame, closure)
+
+    def _capture(self, code: types.CodeType, cache: CodeCache, frame: Any, closure: tuple[Any, ...]) -> types.CodeType | None:
+        config = get_config()
+        count = cache.count(self)
+        if count >= config.recompile_limit:
+            if not cache.exhausted:
+                cache.exhausted = True
+                warnings.warn(
+                    f"ptc_capture: {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}) reached the recompile "
+                    f"limit of {config.recompile_limit}; it runs eagerly from now on (raise PTC_CAPTURE_RECOMPILE_LIMIT to allow more)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                framehook.set_code_skip(code, True)
+            return None
+        if count and _recompile_log.isEnabledFor(logging.DEBUG):
+            _recompile_log.debug("recompiling %s: %s", code.co_qualname, _first_failure(cache, self, frame, closure))
+        capture = capture_frame(
+            code, frame.f_locals, frame.f_globals, frame.f_builtins, closure, self.backend, fullgraph=self.fullgraph, config=config
+        )
+        with cache.lock:
+            cache.entries.append(CacheEntry(capture.check, capture.replacement, self, capture))
+        if self.record is not None:
+            self.record(capture)
+        return capture.replacement
+
+
+def _first_failure(cache: CodeCache, owner: Any, frame: Any, closure: tuple[Any, ...]) -> str:
+    from ptc_capture.guards import compile_guards
+
+    for entry in cache.entries:
+        if entry.owner is not owner:
+            continue
+        for guard in entry.capture.guards:
+            if not compile_guards([guard])(frame.f_locals, frame.f_globals, frame.f_builtins, closure):
+                return f"guard failed: {guard.describe()}"
+    return "no entry matched"
+
+
+def _run_with_callback(callback: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    previous = framehook.set_callback(callback)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        framehook.set_callback(previous)
+
+
+_unavailable_warned = False
+
+
+def _warn_unavailable() -> None:
+    global _unavailable_warned
+    if not _unavailable_warned:
+        _unavailable_warned = True
+        warnings.warn(f"ptc_capture cannot capture frames: {framehook.unavailable_reason} Running eagerly.", RuntimeWarning, stacklevel=3)
+
+
+class OptimizedModule(torch.nn.Module):
+    """An nn.Module whose calls run with capture enabled (the original is ``_orig_mod``)."""
+
+    def __init__(self, module: torch.nn.Module, callback: FrameCallback) -> None:
+        super().__init__()
+        self._orig_mod = module
+        self._ptc_callback = callback
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped module with capture enabled."""
+        if not framehook.available:
+            _warn_unavailable()
+            return self._orig_mod(*args, **kwargs)
+        return _run_with_callback(self._ptc_callback, self._orig_mod, args, kwargs)
+
+
+def _force_hook(fn: Any) -> None:
+    # Code in torch's own files is skipped by default; an explicitly optimized function or
+    # module forward is captured wherever it lives.
+    code = getattr(fn, "__code__", None)
+    if framehook.available and isinstance(code, types.CodeType):
+        framehook.set_code_skip(code, False)
+
+
+def optimize(backend: str | Backend = "eager", *, fullgraph: bool = False) -> Callable[[F], F]:
+    """Return a decorator that captures calls of a function or module and compiles them with ``backend``."""
+    compiler = lookup_backend(backend)
+    callback = FrameCallback(compiler, fullgraph)
+
+    def decorate(fn: F) -> F:
+        if isinstance(fn, torch.nn.Module):
+            _force_hook(type(fn).forward)
+            return OptimizedModule(fn, callback)  # type: ignore[return-value]
+        _force_hook(fn)
+
+        if not framehook.available:
+
+            @functools.wraps(fn)
+            def captured(*args: Any, **kwargs: Any) -> Any:
+                _warn_unavailable()
+                return fn(*args, **kwargs)
+
+        else:
+            set_callback = framehook._ext.set_callback
+
+            @functools.wraps(fn)
+            def captured(*args: Any, **kwargs: Any) -> Any:
+                previous = set_callback(callback)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    set_callback(previous)
+
+        captured._ptc_callback = callback  # type: ignore[attr-defined]
+        return captured  # type: ignore[return-value]
+
+    return decorate
+
+
+def disable(fn: F) -> F:
+    """Return ``fn`` wrapped so that it always runs eagerly (a traced call to it is a graph break)."""
+
+    @functools.wraps(fn)
+    def eager(*args: Any, **kwargs: Any) -> Any:
+        if not framehook.available:
+            return fn(*args, **kwargs)
+        return _run_with_callback(None, fn, args, kwargs)
+
+    setattr(eager, DISABLED_ATTR, True)
+    return eager  # type: ignore[return-value]
+
+
+def allow_in_graph(fn: F) -> F:
+    """Record calls of ``fn`` as one graph node instead of tracing into it; returns ``fn``."""
+    ALLOW_IN_GRAPH[id(fn)] = fn
+    return fn
+
+
+def reset() -> None:
+    """Forget every cached capture (codes that hit the recompile limit are captured again)."""
+    for cache in all_caches():
+        with cache.lock:
+            cache.entries.clear()
+            if cache.exhausted:
+                cache.exhausted = False
+                code = cache.code() if cache.code is not None else None
+                if code is not None:
+                    framehook.set_code_skip(code, None)
+
+
+def is_compiling() -> bool:
+    """True while ptc_capture traces the calling code (it is False when the code runs)."""
+    return False
+
+
+register_is_compiling(is_compiling)

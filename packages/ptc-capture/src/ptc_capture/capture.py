@@ -1,0 +1,275 @@
+"""Capturing one frame: run the interpreter (restarting once at a graph break), compile, build the entry.
+
+``capture_frame`` is the single place that shows the order: trace → (on a break: trace again up
+to the breaking instruction) → graph outputs → backend compile → runner → replacement code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from ptc_capture.config import Config, get_config
+from ptc_capture.errors import CaptureInternalError, GraphBreakError
+from ptc_capture.guards import Guard, Source, compile_guards
+from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
+from ptc_capture.logs import channel
+from ptc_capture.resume import NATIVE, make_resume_code, resume_parameters
+from ptc_capture.runner import BreakPlan, build_runner, make_replacement
+from ptc_capture.variables import Var
+
+__all__ = ["BreakRecord", "Capture", "capture_frame", "capture_function"]
+
+_break_log = channel("graph_breaks")
+_graph_log = channel("graph_code")
+
+Backend = Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class BreakRecord:
+    """One graph break: why, and the user's stack (outermost first)."""
+
+    reason: str
+    stack: tuple[UserLocation, ...]
+
+    def __str__(self) -> str:
+        where = self.stack[-1] if self.stack else "?"
+        return f"{self.reason} (at {where})"
+
+
+@dataclass(slots=True)
+class Capture:
+    """The outcome of capturing one frame for one set of inputs.
+
+    It names its code instead of holding it: entries live on the code object, and a reference
+    back would keep the code alive through its extra slot, where GC cannot see the cycle.
+    """
+
+    name: str
+    guards: list[Guard]
+    check: Callable[..., bool]
+    graph: torch.fx.GraphModule | None = None
+    compiled: Callable[..., Any] | None = None
+    replacement: types.CodeType | None = None
+    runner: Callable[..., Any] | None = None
+    breaks: list[BreakRecord] = field(default_factory=list)
+    eager_reason: str | None = None
+
+
+def _new_state(config: Config, f_globals: dict[str, Any], f_builtins: dict[str, Any], closure: tuple[Any, ...]) -> CaptureState:
+    state = CaptureState(config, f_globals, f_builtins, closure)
+    state.grad_enabled = state.grad_at_entry = torch.is_grad_enabled()
+    state.guards.add(Guard("grad_mode", None, state.grad_enabled))
+    return state
+
+
+def _root_frame(state: CaptureState, code: types.CodeType, f_locals: dict[str, Any]) -> Frame:
+    root = Frame(state, code, state.f_globals, None)
+    root.pending = dict(f_locals)
+    for i, name in enumerate(code.co_freevars):
+        try:
+            contents = state.closure[i].cell_contents
+        except (ValueError, IndexError):
+            continue
+        root.free_sources[name] = (contents, Source("closure", i))
+    return root
+
+
+def capture_frame(
+    code: types.CodeType,
+    f_locals: dict[str, Any],
+    f_globals: dict[str, Any],
+    f_builtins: dict[str, Any],
+    closure: tuple[Any, ...] | None,
+    backend: Backend,
+    *,
+    fullgraph: bool = False,
+    config: Config | None = None,
+) -> Capture:
+    """Trace one frame and return its Capture (a replacement code, or None to run it eagerly)."""
+    config = config or get_config()
+    cells = tuple(closure or ())
+    state = _new_state(config, f_globals, f_builtins, cells)
+    root = _root_frame(state, code, f_locals)
+    try:
+        result = run_frame(root)
+        return _finish(state, root, code, backend, result, None, [])
+    except Unsupported as exc:
+        record = BreakRecord(exc.reason, _stack_of(root, exc))
+        if fullgraph:
+            where = record.stack[-1] if record.stack else code.co_filename
+            raise GraphBreakError(f"graph break in {code.co_qualname}: {exc.reason} at {where}") from None
+        _break_log.debug("graph break in %s: %s", code.co_qualname, record)
+        inst = _breaking_instruction(root)
+        if inst is None or inst.opname not in NATIVE:
+            return _eager(state, code, record, f"cannot resume after {inst.opname if inst else '?'}")
+        retry_state = _new_state(config, f_globals, f_builtins, cells)
+        retry = _root_frame(retry_state, code, f_locals)
+        retry.stop_at = inst.offset
+        try:
+            run_frame(retry)
+        except StopAt:
+            try:
+                return _finish(retry_state, retry, code, backend, None, inst, [record])
+            except Unsupported as again:
+                return _eager(retry_state, code, record, again.reason)
+        except Unsupported as again:
+            return _eager(retry_state, code, record, again.reason)
+        return _eager(retry_state, code, record, "the second trace did not reach the break")
+    except (GraphBreakError, CaptureInternalError):
+        raise
+    except Exception as exc:
+        inst = root.inst
+        where = f"{inst.opname} at offset {inst.offset}" if inst is not None else "entry"
+        message = f"ptc_capture failed on {code.co_qualname} ({code.co_filename}:{code.co_firstlineno}) at {where}: {exc!r}"
+        if config.suppress_errors:
+            logging.getLogger("ptc.capture").warning("%s; running it eagerly", message)
+            return _eager(state, code, BreakRecord(message, root.user_stack()), message)
+        raise CaptureInternalError(message) from exc
+
+
+def _breaking_instruction(root: Frame) -> Any:
+    inst = root.inst
+    if inst is not None and inst.opname == "CALL" and root.ip >= 2:
+        # 3.11 runs a call as PRECALL + CALL; the break (and the native call) starts at PRECALL.
+        previous = root.instructions[root.ip - 2]
+        if previous.opname == "PRECALL":
+            return previous
+    return inst
+
+
+def _stack_of(root: Frame, exc: Unsupported) -> tuple[UserLocation, ...]:
+    deepest = root
+    while True:
+        child = _active_child(deepest)
+        if child is None:
+            break
+        deepest = child
+    return exc.stack or deepest.user_stack()
+
+
+def _active_child(frame: Frame) -> Frame | None:
+    return getattr(frame, "_child", None)
+
+
+def _eager(state: CaptureState, code: types.CodeType, record: BreakRecord, why: str) -> Capture:
+    guards = list(state.guards)
+    _break_log.debug("%s runs eagerly: %s", code.co_qualname, why)
+    return Capture(code.co_qualname, guards, compile_guards(guards), breaks=[record], eager_reason=why)
+
+
+def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
+    for var in values:
+        if var.kind == "tensor":
+            found.setdefault(var.node, var)
+        elif var.kind == "tuple" or var.kind in ("method", "tensor_method", "container_method"):
+            _tensors_in(list(var.items), found)
+        elif var.kind == "list":
+            _tensors_in(list(var.box.items), found)
+        elif var.kind == "dict":
+            _tensors_in(list(var.box.items.values()), found)
+        elif var.kind == "iter":
+            _tensors_in(list(var.box.items[var.box.pos :]), found)
+        elif var.kind == "userobj":
+            _tensors_in(list(var.box.attrs.values()), found)
+
+
+def _check_cells_after(root: Frame, code: types.CodeType, offset: int) -> None:
+    # Functions made before the break are rebuilt with fresh cells, and the resume function
+    # gets fresh cells too; that is only faithful if the frame never writes a cell afterwards.
+    if not code.co_cellvars:
+        return
+    for inst in root.instructions:
+        if inst.offset > offset and inst.opname in ("STORE_DEREF", "DELETE_DEREF") and inst.argval in code.co_cellvars:
+            if any(v.kind == "closure" for v in list(root.stack) + list(root.locals.values())):
+                raise Unsupported("a closure made before the break shares a cell the frame writes afterwards")
+
+
+def _is_bound(root: Frame, name: str) -> bool:
+    if name in root.code.co_cellvars:
+        box = root.cells.get(name)
+        return box is not None and box.contents is not None
+    return name in root.locals or name in root.pending
+
+
+def _finish(
+    state: CaptureState,
+    root: Frame,
+    code: types.CodeType,
+    backend: Backend,
+    result: Var | None,
+    break_inst: Any,
+    breaks: list[BreakRecord],
+) -> Capture:
+    plan: BreakPlan | None = None
+    live: list[Var] = [result] if result is not None else []
+    if break_inst is not None:
+        nulls = tuple(v.kind == "null" for v in root.stack)
+        unbound = frozenset(n for n in resume_parameters(code) if not _is_bound(root, n))
+        layouts = NATIVE[break_inst.opname].layouts(nulls, break_inst, root.instructions)
+        resume_codes = {off: make_resume_code(code, off, layout, unbound) for off, layout in layouts.items()}
+        _check_cells_after(root, code, break_inst.offset)
+        values = dict(root.locals)
+        for name, box in root.cells.items():
+            if name in code.co_cellvars and box.contents is not None:
+                values[name] = box.contents
+        plan = BreakPlan(break_inst, root.instructions, root.kw_names, list(root.stack), values, resume_codes)
+        live = list(root.stack) + list(values.values())
+    live += state.side_effects.values()
+    found: dict[Any, Var] = {}
+    _tensors_in(live, found)
+    outputs = list(found.values())
+    guards = list(state.guards)
+    check = compile_guards(guards)
+    gm = None
+    compiled = None
+    examples = [state.keepalive_tensor(v) for v in state.graph.input_vars]
+    if state.graph.op_count or outputs:
+        if not state.graph.op_count and all(v.node is not None and v.node.op == "placeholder" for v in outputs) and plan is None and not state.side_effects.log:
+            return Capture(code.co_qualname, guards, check, breaks=breaks, eager_reason="no tensor operations")
+        state.graph.output(outputs)
+        gm = state.graph.module()
+        if _graph_log.isEnabledFor(logging.DEBUG):
+            _graph_log.debug("graph of %s:\n%s", code.co_qualname, gm.code)
+        compiled = backend(gm, examples)
+    elif plan is None and not state.side_effects.log:
+        return Capture(code.co_qualname, guards, check, breaks=breaks, eager_reason="no tensor operations")
+    runner = build_runner(
+        code, state.f_globals, state.f_builtins, compiled, list(state.graph.input_sources), outputs,
+        list(state.side_effects.log), result, plan,
+        state.grad_enabled if state.grad_enabled != state.grad_at_entry else None,
+    )  # fmt: skip
+    replacement = make_replacement(code, runner)
+    return Capture(code.co_qualname, guards, check, gm, compiled, replacement, runner, breaks, None)
+
+
+def capture_function(
+    fn: Callable[..., Any], *args: Any, backend: Backend | None = None, fullgraph: bool = False, **kwargs: Any
+) -> Capture:
+    """Trace ``fn(*args, **kwargs)`` directly (without the frame hook) and return its Capture."""
+    if isinstance(fn, torch.nn.Module):
+        forward = type(fn).forward
+        return capture_function(forward, fn, *args, backend=backend, fullgraph=fullgraph, **kwargs)
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"capture_function needs a Python function, got {type(fn).__name__}")
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    f_locals = dict(bound.arguments)
+    builtins_dict = fn.__globals__.get("__builtins__", __builtins__)
+    if isinstance(builtins_dict, types.ModuleType):
+        builtins_dict = vars(builtins_dict)
+
+    def eager_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        return gm.forward
+
+    return capture_frame(
+        fn.__code__, f_locals, fn.__globals__, builtins_dict, fn.__closure__, backend or eager_backend, fullgraph=fullgraph
+    )

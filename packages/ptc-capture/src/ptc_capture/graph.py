@@ -1,0 +1,205 @@
+"""The torch-dialect FX graph being built during one capture (mutable while tracing).
+
+Every node gets its metadata by running the op on meta tensors: ``node.meta[META_KEY]`` is a
+TensorMeta (or a tuple of them for multi-output ops).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from ptc_capture.guards import Source
+from ptc_capture.variables import Var, const
+from ptc_spec import META_KEY, TensorMeta, set_dialect
+
+__all__ = ["GraphState", "MetaFailure"]
+
+
+class MetaFailure(Exception):
+    """Running an op on meta tensors failed (data-dependent op, or an error eager would raise)."""
+
+
+def _device_hint(args: Any, kwargs: dict[str, Any], default: torch.device) -> torch.device:
+    # Meta tensors forget their device, so the logical device of a result is taken from an
+    # explicit device argument (factories, .to(), .cuda()) or else from the first tensor input.
+    for value in list(kwargs.values()) + list(args):
+        if isinstance(value, torch.device):
+            return value
+        if isinstance(value, str) and value.split(":")[0] in ("cpu", "cuda", "meta", "xpu", "mps"):
+            return torch.device(value)
+    return default
+
+
+@dataclass(slots=True)
+class GraphState:
+    """The graph under construction plus the sources of its placeholders."""
+
+    graph: torch.fx.Graph = field(default_factory=torch.fx.Graph)
+    input_sources: list[Source] = field(default_factory=list)
+    input_vars: list[Var] = field(default_factory=list)
+    op_count: int = 0
+
+    def placeholder(self, tensor: torch.Tensor, source: Source) -> Var:
+        """Add a graph input read from ``source`` and return its Var."""
+        name = _placeholder_name(source, len(self.input_sources))
+        node = self.graph.placeholder(name)
+        meta = TensorMeta.from_tensor(tensor)
+        node.meta[META_KEY] = meta
+        example = meta.to_meta_tensor()
+        var = Var("tensor", type(tensor), node=node, meta=meta, example=example, source=source)
+        self.input_sources.append(source)
+        self.input_vars.append(var)
+        return var
+
+    def call(
+        self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, mutates: bool = False,
+        factory: bool = False,
+    ) -> Var:
+        """Record ``target(*args, **kwargs)`` (op is call_function or call_method) and return the result Var.
+
+        Calls without a tensor result are folded to constants unless ``mutates`` says the call
+        changes a tensor in place (``x[i] = v``), which must stay in the graph.
+        """
+        fx_args, meta_args, device = _lower(args)
+        fx_kwargs, meta_kwargs, kdevice = _lower(kwargs)
+        device = _device_hint(meta_args, meta_kwargs, device or kdevice or torch.device("cpu"))
+        if factory:
+            meta_kwargs = {**meta_kwargs, "device": "meta"}
+        fn: Callable[..., Any] = getattr(meta_args[0], target) if op == "call_method" else target
+        call_args = meta_args[1:] if op == "call_method" else meta_args
+        try:
+            with torch.set_grad_enabled(grad):
+                result = fn(*call_args, **meta_kwargs)
+        except Exception as exc:
+            raise MetaFailure(f"{_label(op, target)} failed on meta tensors: {exc}") from exc
+        if factory and not isinstance(result, torch.Tensor):
+            raise MetaFailure(f"{_label(op, target)} is not a tensor factory")
+        if not _has_tensor(result):
+            if mutates:
+                self.graph.create_node(op, target, tuple(fx_args), dict(fx_kwargs)).meta[META_KEY] = None
+                self.op_count += 1
+            return _constant_result(result)
+        node = self.graph.create_node(op, target, tuple(fx_args), dict(fx_kwargs))
+        self.op_count += 1
+        return self._wrap_result(node, result, device)
+
+    def _wrap_result(self, node: torch.fx.Node, result: Any, device: torch.device) -> Var:
+        if isinstance(result, torch.Tensor):
+            meta = TensorMeta.from_tensor(result, device=device)
+            node.meta[META_KEY] = meta
+            return Var("tensor", node=node, meta=meta, example=result)
+        if isinstance(result, (tuple, list)):
+            items = []
+            metas: list[TensorMeta | None] = []
+            for i, item in enumerate(result):
+                if isinstance(item, torch.Tensor):
+                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    meta = TensorMeta.from_tensor(item, device=device)
+                    sub.meta[META_KEY] = meta
+                    metas.append(meta)
+                    items.append(Var("tensor", node=sub, meta=meta, example=item))
+                else:
+                    metas.append(None)
+                    items.append(const(item))
+            node.meta[META_KEY] = tuple(metas)
+            ty = type(result) if type(result) is not list else tuple
+            return Var("tuple", ty, items=tuple(items))
+        raise MetaFailure(f"unsupported result type {type(result).__name__} of {node.target}")
+
+    def output(self, values: list[Var]) -> None:
+        """Make the graph return the nodes of ``values`` (tensor Vars) as a tuple."""
+        self.graph.output(tuple(v.node for v in values))
+
+    def module(self, root: torch.nn.Module | None = None) -> torch.fx.GraphModule:
+        """Return the finished GraphModule in the torch dialect."""
+        gm = torch.fx.GraphModule(root if root is not None else torch.nn.Module(), self.graph)
+        set_dialect(gm, "torch")
+        return gm
+
+
+def _placeholder_name(source: Source, index: int) -> str:
+    parts: list[str] = []
+    s: Source | None = source
+    while s is not None:
+        parts.append(str(s.name))
+        s = s.base
+    text = "_".join(reversed(parts))
+    clean = "".join(c if c.isalnum() else "_" for c in text).strip("_") or f"input{index}"
+    return ("l_" + clean)[:60]
+
+
+def _label(op: str, target: Any) -> str:
+    if op == "call_method":
+        return f"Tensor.{target}"
+    return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+
+
+def _has_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_tensor(v) for v in value)
+    return False
+
+
+def _constant_result(result: Any) -> Var:
+    if isinstance(result, torch.Size):
+        return Var("tuple", torch.Size, items=tuple(const(int(s)) for s in result))
+    if isinstance(result, (tuple, list)) and type(result) in (tuple, list):
+        return Var("tuple", tuple, items=tuple(_constant_result(r) for r in result))
+    return const(result)
+
+
+def _lower(value: Any) -> tuple[Any, Any, torch.device | None]:
+    """Map a structure of Vars to (fx argument, meta-tensor argument, first tensor device)."""
+    found: list[torch.device] = []
+
+    def fx(v: Any) -> Any:
+        if isinstance(v, Var):
+            if v.kind == "tensor":
+                return v.node
+            if v.kind == "tuple":
+                return tuple(fx(i) for i in v.items)
+            if v.kind == "list":
+                return [fx(i) for i in v.box.items]
+            if v.kind == "const":
+                return v.value
+            raise MetaFailure(f"a {v.kind} value cannot be a graph argument")
+        if isinstance(v, tuple):
+            return tuple(fx(i) for i in v)
+        if isinstance(v, list):
+            return [fx(i) for i in v]
+        if isinstance(v, dict):
+            return {k: fx(i) for k, i in v.items()}
+        if isinstance(v, slice):
+            return slice(fx(v.start), fx(v.stop), fx(v.step))
+        return v
+
+    def meta(v: Any) -> Any:
+        if isinstance(v, Var):
+            if v.kind == "tensor":
+                assert v.meta is not None
+                found.append(v.meta.device)
+                return v.example
+            if v.kind == "tuple":
+                return tuple(meta(i) for i in v.items)
+            if v.kind == "list":
+                return [meta(i) for i in v.box.items]
+            return v.value
+        if isinstance(v, tuple):
+            return tuple(meta(i) for i in v)
+        if isinstance(v, list):
+            return [meta(i) for i in v]
+        if isinstance(v, dict):
+            return {k: meta(i) for k, i in v.items()}
+        if isinstance(v, slice):
+            return slice(meta(v.start), meta(v.stop), meta(v.step))
+        return v
+
+    return fx(value), meta(value), (found[0] if found else None)

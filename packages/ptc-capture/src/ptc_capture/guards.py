@@ -1,0 +1,266 @@
+"""Sources (where a value was read from in the frame) and guards (what the trace assumed about it).
+
+Every guard set compiles into one Python function ``check(L, G, B, C) -> bool`` over the
+frame's arguments ``L``, globals ``G``, builtins ``B`` and closure cells ``C``; that function is
+the whole guard evaluation of a cached call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ptc_capture.logs import channel
+
+__all__ = ["Guard", "GuardSet", "Source", "compile_guards", "source_expr"]
+
+_log = channel("guards")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/item/reduce.
+
+    ``reduce`` reads ``base.__reduce__()``: how a list/tuple/range iterator passed to a resume
+    function exposes its sequence and position without being advanced.
+    """
+
+    kind: str
+    name: Any = None
+    base: Source | None = None
+
+    def attr(self, name: str) -> Source:
+        """The source of ``self.<name>``."""
+        return Source("attr", name, self)
+
+    def item(self, key: Any) -> Source:
+        """The source of ``self[key]``."""
+        return Source("item", key, self)
+
+    def __str__(self) -> str:
+        return source_expr(self)
+
+
+_Names = dict[str, str] | None
+
+
+def _local(s: Source, names: _Names) -> str:
+    if names is not None and s.name in names:
+        return names[s.name]
+    return f"L[{s.name!r}]"
+
+
+def _global(s: Source, names: _Names) -> str:
+    return f"G[{s.name!r}]"
+
+
+def _builtin(s: Source, names: _Names) -> str:
+    return f"B[{s.name!r}]"
+
+
+def _closure(s: Source, names: _Names) -> str:
+    return f"C[{s.name!r}].cell_contents"
+
+
+def _attr(s: Source, names: _Names) -> str:
+    assert s.base is not None
+    if str(s.name).isidentifier():
+        return f"{source_expr(s.base, names)}.{s.name}"
+    return f"getattr({source_expr(s.base, names)}, {s.name!r})"
+
+
+def _item(s: Source, names: _Names) -> str:
+    assert s.base is not None
+    return f"{source_expr(s.base, names)}[{s.name!r}]"
+
+
+def _reduce(s: Source, names: _Names) -> str:
+    assert s.base is not None
+    return f"{source_expr(s.base, names)}.__reduce__()"
+
+
+_SOURCE_EXPR: dict[str, Callable[[Source, _Names], str]] = {
+    "reduce": _reduce,
+    "local": _local,
+    "global": _global,
+    "builtin": _builtin,
+    "closure": _closure,
+    "attr": _attr,
+    "item": _item,
+}
+
+
+def source_expr(source: Source, local_names: dict[str, str] | None = None) -> str:
+    """Return the Python expression (over L, G, B, C) that reads ``source``.
+
+    ``local_names`` renders a local as a plain variable name instead of ``L[name]``.
+    """
+    return _SOURCE_EXPR[source.kind](source, local_names)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """One assumption: ``kind`` names the check, ``expected`` what it compares with.
+
+    Tensor guards keep sizes and strides per dimension (a tuple) so that a later
+    dynamic-shapes pass can relax single dimensions.
+    """
+
+    kind: str
+    source: Source | None
+    expected: Any = None
+
+    def describe(self) -> str:
+        """A one-line human description."""
+        where = source_expr(self.source) if self.source is not None else "<global state>"
+        return f"{self.kind.upper()}: {where} {_describe_expected(self)}"
+
+
+def _describe_expected(guard: Guard) -> str:
+    if guard.kind == "tensor":
+        ty, dtype, device, shape, stride, rg = guard.expected
+        return f"{ty.__name__} {dtype} {device} size={list(shape)} stride={list(stride)} requires_grad={rg}"
+    if guard.kind == "id":
+        return f"is {type(guard.expected).__name__} object at {id(guard.expected):#x}"
+    if guard.kind in ("type", "len", "keys", "const"):
+        return repr(guard.expected if not isinstance(guard.expected, type) else guard.expected.__name__)
+    return repr(guard.expected)
+
+
+# Each emitter appends Python lines checking ``v`` (the source's value); ``k`` registers a
+# constant the generated code refers to and returns its name.
+_Emit = Callable[[Guard, Callable[[Any], str]], list[str]]
+_EMITTERS: dict[str, _Emit] = {}
+
+
+def _emitter(kind: str) -> Callable[[_Emit], _Emit]:
+    def register(fn: _Emit) -> _Emit:
+        _EMITTERS[kind] = fn
+        return fn
+
+    return register
+
+
+@_emitter("tensor")
+def _emit_tensor(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    ty, dtype, device, shape, stride, rg = g.expected
+    # is_cpu and get_device() answer without building a torch.device object; get_device() is
+    # the CUDA index (-1 for CPU and meta), so it pins a CUDA tensor's device exactly.
+    if device.type == "cpu":
+        device_check = "not v.is_cpu"
+    elif device.type == "cuda" and device.index is not None:
+        device_check = f"v.get_device() != {device.index}"
+    else:
+        device_check = f"v.device != {k(device)}"
+    return [
+        f"if type(v) is not {k(ty)} or v.dtype is not {k(dtype)} or v.requires_grad is not {rg}: return False",
+        f"if {device_check} or v.size() != {k(tuple(shape))} or v.stride() != {k(tuple(stride))}: return False",
+    ]
+
+
+@_emitter("const")
+def _emit_const(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    value = g.expected
+    if isinstance(value, float) and math.isnan(value):
+        return ["if type(v) is not float or v == v: return False"]
+    if value is None or isinstance(value, bool):
+        return [f"if v is not {value!r}: return False"]
+    return [f"if type(v) is not {k(type(value))} or v != {k(value)}: return False"]
+
+
+@_emitter("id")
+def _emit_id(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    return [f"if v is not {k(g.expected)}: return False"]
+
+
+@_emitter("type")
+def _emit_type(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    return [f"if type(v) is not {k(g.expected)}: return False"]
+
+
+@_emitter("len")
+def _emit_len(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    ty, n = g.expected
+    return [f"if type(v) is not {k(ty)} or len(v) != {n}: return False"]
+
+
+@_emitter("keys")
+def _emit_keys(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    ty, keys = g.expected
+    return [f"if type(v) is not {k(ty)} or list(v) != {k(list(keys))}: return False"]
+
+
+@_emitter("training")
+def _emit_training(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    return [f"if v.training is not {bool(g.expected)}: return False"]
+
+
+@_emitter("absent")
+def _emit_absent(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    return [f"if {g.expected!r} in G: return False"]
+
+
+@_emitter("grad_mode")
+def _emit_grad_mode(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    return [f"if {k(torch.is_grad_enabled)}() is not {bool(g.expected)}: return False"]
+
+
+@dataclass(slots=True)
+class GuardSet:
+    """The guards of one trace, in the order they were added, without duplicates (mutable while tracing)."""
+
+    guards: dict[tuple[str, Source | None, Any], Guard] = field(default_factory=dict)
+
+    def add(self, guard: Guard) -> None:
+        """Record ``guard`` unless an identical one is there already."""
+        key = (guard.kind, guard.source, _hashable(guard.expected))
+        self.guards.setdefault(key, guard)
+
+    def __iter__(self) -> Any:
+        return iter(self.guards.values())
+
+    def __len__(self) -> int:
+        return len(self.guards)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return id(value)
+    return value
+
+
+def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], bool]:
+    """Return one function ``check(L, G, B, C)`` that is True when every guard holds."""
+    consts: dict[str, Any] = {}
+    by_id: dict[int, str] = {}
+
+    def k(value: Any) -> str:
+        name = by_id.get(id(value))
+        if name is None:
+            name = f"_k{len(consts)}"
+            consts[name] = value
+            by_id[id(value)] = name
+        return name
+
+    lines = ["def check(L, G, B, C):", "  try:"]
+    for guard in guards:
+        if guard.source is not None:
+            lines.append(f"    v = {source_expr(guard.source)}")
+        for line in _EMITTERS[guard.kind](guard, k):
+            lines.append("    " + line)
+    # A source that no longer resolves (missing key or attribute) is a guard miss, not an error.
+    lines += ["  except Exception:", "    return False", "  return True"]
+    text = "\n".join(lines)
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("guard function:\n%s", text)
+    namespace: dict[str, Any] = dict(consts)
+    exec(compile(text, "<ptc_capture guards>", "exec"), namespace)
+    check: Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], bool] = namespace["check"]
+    return check

@@ -1,0 +1,7 @@
+"""The symbolic bytecode interpreter: handler families register themselves into loop.HANDLERS."""
+
+from ptc_capture.interpreter import attrs, build, builtins, calls, containers, control, ops, stack  # noqa: F401  (registration)
+from ptc_capture.interpreter.loop import HANDLERS, StopAt, handler, run_frame
+from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported, UserLocation
+
+__all__ = ["HANDLERS", "CaptureState", "Frame", "StopAt", "Unsupported", "UserLocation", "handler", "run_frame"]

@@ -1,0 +1,212 @@
+"""Handlers for attribute reads and writes, and what an attribute of each kind of Var is."""
+
+from __future__ import annotations
+
+import dis
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ptc_capture.interpreter.loop import handler
+from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.values import from_python, graph_call
+from ptc_capture.variables import NULL, Var, const
+from ptc_spec import TensorMeta
+
+# Tensor attributes that are static under the guards (shape, dtype, device, requires_grad).
+_TENSOR_CONST_ATTRS: dict[str, Callable[[TensorMeta], Any]] = {
+    "dtype": lambda m: m.dtype,
+    "device": lambda m: m.device,
+    "ndim": lambda m: len(m.shape),
+    "requires_grad": lambda m: m.requires_grad,
+    "is_cuda": lambda m: m.device.type == "cuda",
+    "is_cpu": lambda m: m.device.type == "cpu",
+    "layout": lambda m: torch.strided,
+    "is_sparse": lambda m: False,
+    "is_quantized": lambda m: False,
+    "is_meta": lambda m: m.device.type == "meta",
+}
+
+# Tensor properties that are ops: recorded as the method eager runs.
+_TENSOR_OP_ATTRS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "T": ("permute", ()),
+    "mT": ("transpose", (-2, -1)),
+    "H": ("adjoint", ()),
+    "mH": ("adjoint", ()),
+    "real": ("__getattribute__", ("real",)),
+}
+
+_STABLE_MODULE_PREFIXES = ("torch", "math", "operator", "builtins", "functools", "itertools", "collections")
+
+
+def tensor_attr(frame: Frame, obj: Var, name: str) -> Var:
+    """The Var of ``tensor.<name>``."""
+    assert obj.meta is not None
+    if name in _TENSOR_CONST_ATTRS:
+        return const(_TENSOR_CONST_ATTRS[name](obj.meta))
+    if name == "shape":
+        return Var("tuple", torch.Size, items=tuple(const(s) for s in obj.meta.shape))
+    if name == "T":
+        dims = tuple(range(len(obj.meta.shape) - 1, -1, -1))
+        return graph_call(frame, "call_method", "permute", (obj, *[const(d) for d in dims]), {})
+    if name in ("mT", "H", "mH"):
+        method, args = _TENSOR_OP_ATTRS[name]
+        return graph_call(frame, "call_method", method, (obj, *[const(a) for a in args]), {})
+    attr = getattr(torch.Tensor, name, None)
+    if callable(attr):
+        return Var("tensor_method", name, items=(obj,))
+    raise Unsupported(f"tensor attribute .{name} is not supported")
+
+
+def _stable_module(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _STABLE_MODULE_PREFIXES
+
+
+def object_attr(frame: Frame, obj: Var, name: str) -> Var:
+    """The Var of ``obj.<name>`` for modules, objects, functions and classes (read natively)."""
+    stored = frame.state.side_effects.load_attr(obj, name)
+    if stored is not None:
+        return stored
+    value = obj.value
+    if isinstance(value, torch.nn.Module):
+        for table in ("_parameters", "_buffers", "_modules"):
+            found = value.__dict__.get(table, {})
+            if name in found:
+                source = obj.source.attr(name) if obj.source is not None else None
+                if found[name] is None:
+                    return const(None, source)
+                return frame.state.wrap(found[name], source)
+    try:
+        attr = getattr(value, name)
+    except Exception as exc:
+        raise Unsupported(f"reading .{name} of a {type(value).__name__} raised {type(exc).__name__}") from exc
+    if isinstance(attr, types.MethodType) and attr.__self__ is value and isinstance(attr.__func__, types.FunctionType):
+        return Var("method", attr.__func__, items=(obj,))
+    if _stable_module(value):
+        # Functions of torch, math and friends are not expected to be monkey-patched per call.
+        return frame.state.wrap(attr, None) if not isinstance(attr, torch.Tensor) else _unsupported_tensor(name)
+    source = obj.source.attr(name) if obj.source is not None else None
+    if source is None and not isinstance(attr, (types.FunctionType, types.BuiltinFunctionType, type)):
+        if isinstance(attr, (int, float, str, bool, type(None), torch.dtype, torch.device)):
+            return const(attr)
+        raise Unsupported(f"attribute .{name} of an object without a source")
+    return frame.state.wrap(attr, source)
+
+
+def _unsupported_tensor(name: str) -> Var:
+    raise Unsupported(f"module-level tensor {name} is not supported")
+
+
+def load_attr(frame: Frame, obj: Var, name: str) -> Var:
+    """The Var of ``obj.<name>``."""
+    kind = obj.kind
+    if kind == "tensor":
+        return tensor_attr(frame, obj, name)
+    if kind in ("module", "object", "function", "callable"):
+        return object_attr(frame, obj, name)
+    if kind == "tuple" and isinstance(obj.value, type) and hasattr(obj.value, "_fields") or (
+        kind == "tuple" and name in getattr(obj.value, "__match_args__", ())
+    ):
+        fields = getattr(obj.value, "_fields", None) or obj.value.__match_args__
+        if name in fields:
+            return obj.items[list(fields).index(name)]
+    if kind == "const":
+        try:
+            return from_python(getattr(obj.value, name))
+        except AttributeError as exc:
+            raise Unsupported(f"AttributeError reading .{name} at trace time") from exc
+    if kind in ("list", "dict", "tuple"):
+        return Var("container_method", name, items=(obj,))
+    if kind == "super":
+        return super_attr(frame, obj.items[0], obj.items[1], name)
+    if kind == "userobj":
+        return userobj_attr(frame, obj, name)
+    raise Unsupported(f"attribute .{name} of a {kind} is not supported")
+
+
+def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
+    """The Var of ``obj.<name>`` for an object created while tracing (instance dict, then class)."""
+    if name in obj.box.attrs:
+        found: Var = obj.box.attrs[name]
+        return found
+    for klass in obj.value.__mro__:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            break
+    else:
+        raise Unsupported(f"{obj.value.__name__} object has no attribute {name!r} (AttributeError in eager)")
+    if isinstance(attr, types.FunctionType):
+        return Var("method", attr, items=(obj,))
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        from ptc_capture.interpreter.calls import inline_function
+
+        return inline_function(frame, attr.fget, None, [obj], {})
+    if isinstance(attr, (staticmethod, classmethod)) or hasattr(attr, "__get__"):
+        raise Unsupported(f"descriptor {name!r} of a {obj.value.__name__} object")
+    return frame.state.wrap(attr, None)
+
+
+def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
+    """The Var of ``super(cls, self).<name>`` (methods are bound to ``self_var``)."""
+    if cls.kind not in ("callable", "const", "object") or self_var.kind not in ("module", "object"):
+        raise Unsupported(f"super() over a {self_var.kind}")
+    try:
+        attr = getattr(super(cls.value, self_var.value), name)
+    except Exception as exc:
+        raise Unsupported(f"super().{name} raised {type(exc).__name__} at trace time") from exc
+    if isinstance(attr, types.MethodType) and isinstance(attr.__func__, types.FunctionType):
+        return Var("method", attr.__func__, items=(self_var,))
+    if isinstance(attr, torch.Tensor):
+        raise Unsupported("a tensor read through super()")
+    return frame.state.wrap(attr, None)
+
+
+@handler("LOAD_SUPER_ATTR")
+def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
+    # 3.12 compiles super().name to LOAD_SUPER_ATTR over (super, class, self); the low bit of
+    # the argument asks for a method load (https://docs.python.org/3.12/library/dis.html#opcode-LOAD_SUPER_ATTR).
+    self_var = frame.pop()
+    cls = frame.pop()
+    frame.pop()
+    if inst.arg is not None and inst.arg & 1:
+        frame.push(NULL)
+    frame.push(super_attr(frame, cls, self_var, inst.argval))
+
+
+@handler("LOAD_ATTR")
+def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
+    obj = frame.pop()
+    # 3.12 folds LOAD_METHOD into LOAD_ATTR with the low bit set
+    # (https://docs.python.org/3.12/library/dis.html#opcode-LOAD_ATTR).
+    if inst.opname == "LOAD_ATTR" and _is_method_load(inst):
+        frame.push(NULL)
+    frame.push(load_attr(frame, obj, inst.argval))
+
+
+def _is_method_load(inst: dis.Instruction) -> bool:
+    import sys
+
+    return sys.version_info >= (3, 12) and inst.arg is not None and bool(inst.arg & 1)
+
+
+@handler("LOAD_METHOD")
+def _load_method(frame: Frame, inst: dis.Instruction) -> None:
+    obj = frame.pop()
+    frame.push(NULL)
+    frame.push(load_attr(frame, obj, inst.argval))
+
+
+@handler("STORE_ATTR")
+def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
+    obj = frame.pop()
+    value = frame.pop()
+    if obj.kind == "userobj":
+        obj.box.attrs[inst.argval] = value
+        return
+    if obj.kind not in ("module", "object") or obj.source is None:
+        raise Unsupported(f"attribute assignment on a {obj.kind} is not supported")
+    if isinstance(obj.value, torch.nn.Module) and value.kind == "tensor" and inst.argval in obj.value._parameters:
+        raise Unsupported("assigning to a parameter inside the traced region is not supported")
+    frame.state.side_effects.store_attr(obj, inst.argval, value)

@@ -1,0 +1,113 @@
+"""Handlers that build and unpack containers, slices and strings."""
+
+from __future__ import annotations
+
+import dis
+
+from ptc_capture.interpreter.loop import handler
+from ptc_capture.interpreter.state import Frame, Unsupported, iarg
+from ptc_capture.interpreter.values import as_const, sequence_items
+from ptc_capture.variables import DictBox, ListBox, Var, const
+
+
+@handler("BUILD_TUPLE")
+def _build_tuple(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(Var("tuple", tuple, items=tuple(frame.popn(iarg(inst)))))
+
+
+@handler("BUILD_LIST")
+def _build_list(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(Var("list", box=ListBox(frame.popn(iarg(inst)))))
+
+
+@handler("BUILD_MAP")
+def _build_map(frame: Frame, inst: dis.Instruction) -> None:
+    flat = frame.popn(2 * iarg(inst))
+    items = {as_const(flat[i], "a dict key"): flat[i + 1] for i in range(0, len(flat), 2)}
+    frame.push(Var("dict", box=DictBox(items)))
+
+
+@handler("BUILD_CONST_KEY_MAP")
+def _build_const_key_map(frame: Frame, inst: dis.Instruction) -> None:
+    keys = as_const(frame.pop(), "dict keys")
+    values = frame.popn(iarg(inst))
+    frame.push(Var("dict", box=DictBox(dict(zip(keys, values)))))
+
+
+@handler("BUILD_SLICE")
+def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
+    parts = frame.popn(iarg(inst))
+    values = [as_const(p, "a slice bound") for p in parts]
+    frame.push(const(slice(*values)))
+
+
+@handler("BUILD_STRING")
+def _build_string(frame: Frame, inst: dis.Instruction) -> None:
+    parts = frame.popn(iarg(inst))
+    frame.push(const("".join(str(as_const(p, "an f-string part")) for p in parts)))
+
+
+@handler("FORMAT_VALUE")
+def _format_value(frame: Frame, inst: dis.Instruction) -> None:
+    # Low two bits pick the conversion (!s, !r, !a); bit 4 says a format spec is on the stack
+    # (https://docs.python.org/3.11/library/dis.html#opcode-FORMAT_VALUE).
+    spec = as_const(frame.pop(), "a format spec") if iarg(inst) & 0x04 else ""
+    value = as_const(frame.pop(), "an f-string value")
+    conversion = {0: None, 1: str, 2: repr, 3: ascii}[iarg(inst) & 0x03]
+    if conversion is not None:
+        value = conversion(value)
+    frame.push(const(format(value, spec)))
+
+
+@handler("LIST_APPEND")
+def _list_append(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    frame.stack[-iarg(inst)].box.items.append(value)
+
+
+@handler("LIST_EXTEND")
+def _list_extend(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    frame.stack[-iarg(inst)].box.items.extend(sequence_items(frame, value))
+
+
+@handler("LIST_TO_TUPLE")
+def _list_to_tuple(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(Var("tuple", tuple, items=tuple(frame.pop().box.items)))
+
+
+@handler("MAP_ADD")
+def _map_add(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    key = frame.pop()
+    frame.stack[-iarg(inst)].box.items[as_const(key, "a dict key")] = value
+
+
+@handler("DICT_UPDATE", "DICT_MERGE")
+def _dict_update(frame: Frame, inst: dis.Instruction) -> None:
+    other = frame.pop()
+    if other.kind != "dict":
+        raise Unsupported(f"dict update from a {other.kind}")
+    frame.stack[-iarg(inst)].box.items.update(other.box.items)
+
+
+@handler("UNPACK_SEQUENCE")
+def _unpack_sequence(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    items = sequence_items(frame, value)
+    if len(items) != iarg(inst):
+        raise Unsupported(f"cannot unpack {len(items)} values into {iarg(inst)} (ValueError in eager)")
+    for item in reversed(items):
+        frame.push(item)
+
+
+@handler("UNPACK_EX")
+def _unpack_ex(frame: Frame, inst: dis.Instruction) -> None:
+    before, after = iarg(inst) & 0xFF, iarg(inst) >> 8
+    items = sequence_items(frame, frame.pop())
+    if len(items) < before + after:
+        raise Unsupported("not enough values to unpack (ValueError in eager)")
+    middle = items[before : len(items) - after]
+    values = items[:before] + [Var("list", box=ListBox(middle))] + items[len(items) - after :]
+    for item in reversed(values):
+        frame.push(item)

@@ -1,0 +1,347 @@
+"""Trace-time implementations of Python builtins and a few torch/ptc helpers (the BUILTINS table)."""
+
+from __future__ import annotations
+
+import builtins
+import operator
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ptc_capture.interpreter.calls import BUILTINS, Caller
+from ptc_capture.interpreter.ops import binary, compare, contains, getitem, unary
+from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.values import as_const, from_python, sequence_items, truth
+from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value
+
+Args = list[Var]
+Kwargs = dict[str, Var]
+
+
+def builtin(*targets: Any) -> Callable[[Caller], Caller]:
+    """Register the decorated function as the trace-time version of ``targets``."""
+
+    def register(fn: Caller) -> Caller:
+        for target in targets:
+            BUILTINS[id(target)] = fn
+        return fn
+
+    return register
+
+
+def python_type(var: Var) -> type:
+    """The type eager would see for ``var``."""
+    kind = var.kind
+    if kind == "tensor":
+        return var.value if isinstance(var.value, type) else torch.Tensor
+    if kind == "tuple":
+        return var.value if isinstance(var.value, type) else tuple
+    if kind in ("list", "dict"):
+        return list if kind == "list" else dict
+    if kind == "closure":
+        return types.FunctionType
+    if kind == "iter":
+        return type(iter([]))
+    if kind in ("const", "function", "callable", "module", "object"):
+        return type(var.value)
+    if kind == "userobj":
+        return var.value  # type: ignore[no-any-return]
+    raise Unsupported(f"type of a {kind} is not known")
+
+
+@builtin(print)
+def _print(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    raise Unsupported("print() writes output: it runs outside the graph")
+
+
+@builtin(len)
+def _len(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    (value,) = args
+    if value.kind == "tensor":
+        assert value.meta is not None
+        if not value.meta.shape:
+            raise Unsupported("len() of a 0-d tensor (TypeError in eager)")
+        return const(value.meta.shape[0])
+    if value.kind == "tuple":
+        return const(len(value.items))
+    if value.kind in ("list", "dict"):
+        return const(len(value.box.items))
+    if value.kind == "module":
+        return const(len(value.value))
+    return const(len(as_const(value, "len()")))
+
+
+@builtin(isinstance)
+def _isinstance(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    value, classes = args
+    return const(issubclass(python_type(value), as_const(classes, "isinstance() classes")))
+
+
+@builtin(issubclass)
+def _issubclass(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(issubclass(as_const(args[0], "a class"), as_const(args[1], "a class")))
+
+
+@builtin(callable)
+def _callable(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    value = args[0]
+    if value.kind in ("function", "closure", "method", "tensor_method", "module"):
+        return const(True)
+    if value.kind in ("tensor", "tuple", "list", "dict", "iter"):
+        return const(False)
+    return const(callable(value.value))
+
+
+@builtin(getattr)
+def _getattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    from ptc_capture.interpreter.attrs import load_attr
+
+    name = as_const(args[1], "an attribute name")
+    if len(args) > 2:
+        try:
+            return load_attr(frame, args[0], name)
+        except Unsupported:
+            if args[0].kind in ("module", "object") and not hasattr(args[0].value, name):
+                return args[2]
+            raise
+    return load_attr(frame, args[0], name)
+
+
+@builtin(hasattr)
+def _hasattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    obj, name_var = args
+    name = as_const(name_var, "an attribute name")
+    if obj.kind == "tensor":
+        return const(hasattr(torch.Tensor, name) or name in ("shape", "dtype", "device"))
+    if obj.kind in ("module", "object", "function", "callable", "const"):
+        return const(hasattr(obj.value, name))
+    raise Unsupported(f"hasattr on a {obj.kind}")
+
+
+@builtin(range)
+def _range(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(range(*[as_const(a, "range()") for a in args]))
+
+
+@builtin(enumerate)
+def _enumerate(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    start = as_const(kwargs["start"] if "start" in kwargs else (args[1] if len(args) > 1 else const(0)), "start")
+    items = sequence_items(frame, args[0])
+    pairs = [Var("tuple", tuple, items=(const(start + i), v)) for i, v in enumerate(items)]
+    return Var("iter", box=IterBox(pairs))
+
+
+@builtin(zip)
+def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    if kwargs.get("strict") is not None and truth(kwargs["strict"]):
+        raise Unsupported("zip(strict=True) is not supported")
+    columns = [sequence_items(frame, a) for a in args]
+    rows = [Var("tuple", tuple, items=tuple(row)) for row in zip(*columns)]
+    return Var("iter", box=IterBox(rows))
+
+
+@builtin(reversed)
+def _reversed(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return Var("iter", box=IterBox(list(reversed(sequence_items(frame, args[0])))))
+
+
+@builtin(iter)
+def _iter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    if args[0].kind == "iter":
+        return args[0]
+    return Var("iter", box=IterBox(sequence_items(frame, args[0])))
+
+
+@builtin(next)
+def _next(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    it = args[0]
+    if it.kind != "iter":
+        raise Unsupported(f"next() on a {it.kind}")
+    if it.box.pos >= len(it.box.items):
+        if len(args) > 1:
+            return args[1]
+        raise Unsupported("next() on an exhausted iterator (StopIteration in eager)")
+    it.box.pos += 1
+    item: Var = it.box.items[it.box.pos - 1]
+    return item
+
+
+@builtin(list)
+def _list(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return Var("list", box=ListBox(sequence_items(frame, args[0]) if args else []))
+
+
+@builtin(tuple)
+def _tuple(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return Var("tuple", tuple, items=tuple(sequence_items(frame, args[0]) if args else ()))
+
+
+@builtin(dict)
+def _dict(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    items: dict[Any, Var] = {}
+    if args:
+        source = args[0]
+        if source.kind == "dict":
+            items.update(source.box.items)
+        else:
+            for pair in sequence_items(frame, source):
+                key, value = sequence_items(frame, pair)
+                items[as_const(key, "a dict key")] = value
+    items.update(kwargs)
+    return Var("dict", box=DictBox(items))
+
+
+def _reduce(frame: Frame, values: list[Var], symbol: str, start: Var | None) -> Var:
+    total = start
+    for value in values:
+        total = value if total is None else binary(frame, symbol, total, value)
+    if total is None:
+        raise Unsupported("reduction of an empty sequence")
+    return total
+
+
+@builtin(sum)
+def _sum(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    start = kwargs.get("start", args[1] if len(args) > 1 else const(0))
+    return _reduce(frame, sequence_items(frame, args[0]), "+", start)
+
+
+def _min_max(frame: Frame, args: Args, kwargs: Kwargs, pick: Callable[..., Any], symbol: str) -> Var:
+    values = sequence_items(frame, args[0]) if len(args) == 1 else list(args)
+    if kwargs:
+        raise Unsupported(f"{pick.__name__}() with keyword arguments")
+    if all(is_python_value(v) for v in values):
+        return from_python(pick(*[python_value(v) for v in values]))
+    if any(v.kind == "tensor" for v in values):
+        raise Unsupported(f"{pick.__name__}() compares tensors (data-dependent)")
+    best = values[0]
+    for value in values[1:]:
+        if truth(compare(frame, symbol, value, best)):
+            best = value
+    return best
+
+
+@builtin(min)
+def _min(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return _min_max(frame, args, kwargs, min, "<")
+
+
+@builtin(max)
+def _max(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return _min_max(frame, args, kwargs, max, ">")
+
+
+@builtin(abs)
+def _abs(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return unary(frame, operator.abs, args[0])
+
+
+@builtin(any)
+def _any(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(any(truth(v) for v in sequence_items(frame, args[0])))
+
+
+@builtin(all)
+def _all(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(all(truth(v) for v in sequence_items(frame, args[0])))
+
+
+@builtin(sorted)
+def _sorted(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    values = [as_const(v, "sorted()") for v in sequence_items(frame, args[0])]
+    options = {k: as_const(v, "sorted()") for k, v in kwargs.items()}
+    return from_python(sorted(values, **options))
+
+
+def _scalar(kind: type) -> Caller:
+    def convert(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+        if args and args[0].kind == "tensor":
+            raise Unsupported(f"{kind.__name__}() of a tensor reads its data (data-dependent)")
+        return from_python(kind(*[as_const(a, f"{kind.__name__}()") for a in args]))
+
+    return convert
+
+
+for _kind in (int, float, bool, str, complex):
+    BUILTINS[id(_kind)] = _scalar(_kind)
+
+
+@builtin(type)
+def _type(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    if len(args) != 1:
+        raise Unsupported("type() with three arguments")
+    return const(python_type(args[0]))
+
+
+@builtin(operator.getitem)
+def _op_getitem(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return getitem(frame, args[0], args[1])
+
+
+@builtin(operator.contains)
+def _op_contains(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(contains(frame, args[1], args[0]))
+
+
+def _binary_builtin(symbol: str) -> Caller:
+    def apply(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+        return binary(frame, symbol, args[0], args[1])
+
+    return apply
+
+
+for _fn, _symbol in ((operator.add, "+"), (operator.sub, "-"), (operator.mul, "*"), (operator.truediv, "/"),
+                     (operator.floordiv, "//"), (operator.mod, "%"), (operator.pow, "**"), (operator.matmul, "@")):
+    BUILTINS[id(_fn)] = _binary_builtin(_symbol)  # fmt: skip
+
+
+@builtin(torch.no_grad, torch.enable_grad)
+def _grad_ctx(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return Var("ctx", fn.value is torch.enable_grad)
+
+
+@builtin(torch.set_grad_enabled)
+def _set_grad_enabled(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return Var("ctx", bool(as_const(args[0], "set_grad_enabled()")))
+
+
+@builtin(torch.is_grad_enabled)
+def _is_grad_enabled(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(frame.state.grad_enabled)
+
+
+@builtin(super)
+def _super(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    if args:
+        if len(args) != 2:
+            raise Unsupported("super() with one argument")
+        return Var("super", items=(args[0], args[1]))
+    # Zero-argument super() reads the __class__ cell and the first argument of the calling
+    # method (https://docs.python.org/3/reference/datamodel.html#creating-the-class-object).
+    from ptc_capture.interpreter.stack import load_cell, load_local
+
+    code = frame.code
+    if "__class__" not in code.co_freevars or code.co_argcount == 0:
+        raise Unsupported("super() outside a method")
+    return Var("super", items=(load_cell(frame, "__class__"), load_local(frame, code.co_varnames[0])))
+
+
+@builtin(torch.finfo, torch.iinfo)
+def _type_info(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    values = [as_const(a, "a dtype") for a in args]
+    return const(fn.value(*values, **{k: as_const(v, "a dtype") for k, v in kwargs.items()}))
+
+
+@builtin(builtins.id, hash)
+def _fold_builtin(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return from_python(fn.value(*[as_const(a, fn.value.__name__) for a in args]))
+
+
+def register_is_compiling(function: Any) -> None:
+    """Make ``function()`` trace as True (ptc_capture.is_compiling)."""
+    BUILTINS[id(function)] = lambda frame, fn, args, kwargs: const(True)
+
+
+__all__ = ["builtin", "python_type", "register_is_compiling"]

@@ -1,0 +1,470 @@
+"""Call instructions and what calling each kind of Var does: inline, record a torch op, or fold."""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ptc_capture.guards import Source
+from ptc_capture.interpreter.loop import handler, run_frame
+from ptc_capture.interpreter.state import Frame, Unsupported, iarg
+from ptc_capture.interpreter.values import as_const, from_python, graph_call, has_tensor, sequence_items
+from ptc_capture.variables import (
+    NULL,
+    CellBox,
+    DictBox,
+    IterBox,
+    ObjBox,
+    Var,
+    const,
+)
+from ptc_spec import is_allowed_target
+
+Caller = Callable[[Frame, Var, list[Var], dict[str, Var]], Var]
+CALLERS: dict[str, Caller] = {}
+"""Var kind -> what calling a Var of that kind does."""
+
+BUILTINS: dict[int, Caller] = {}
+"""id(builtin or function) -> its trace-time implementation (filled by interpreter.builtins)."""
+
+ALLOW_IN_GRAPH: dict[int, Any] = {}
+"""id(function) -> function, recorded as one graph node instead of being inlined."""
+
+DISABLED_ATTR = "__ptc_disabled__"
+
+
+
+def caller(*kinds: str) -> Callable[[Caller], Caller]:
+    """Register the decorated function as what calling a Var of ``kinds`` does."""
+
+    def register(fn: Caller) -> Caller:
+        for kind in kinds:
+            CALLERS[kind] = fn
+        return fn
+
+    return register
+
+
+def call(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Trace ``fn(*args, **kwargs)``."""
+    found = CALLERS.get(fn.kind)
+    if found is None:
+        raise Unsupported(f"calling a {fn.kind} is not supported")
+    return found(frame, fn, args, kwargs)
+
+
+def _split_call(frame: Frame, nargs: int) -> tuple[Var, list[Var], dict[str, Var]]:
+    values = frame.popn(nargs)
+    first, second = frame.popn(2)
+    kw_names = frame.kw_names
+    frame.kw_names = ()
+    if first is NULL:
+        fn, args = second, values
+    else:
+        fn, args = first, [second, *values]
+    kwargs: dict[str, Var] = {}
+    if kw_names:
+        positional = len(args) - len(kw_names)
+        kwargs = dict(zip(kw_names, args[positional:]))
+        args = args[:positional]
+    return fn, args, kwargs
+
+
+@handler("KW_NAMES")
+def _kw_names(frame: Frame, inst: dis.Instruction) -> None:
+    # dis does not resolve KW_NAMES' argument in 3.11; it indexes co_consts.
+    frame.kw_names = tuple(frame.code.co_consts[iarg(inst)])
+
+
+@handler("PRECALL")
+def _precall(frame: Frame, inst: dis.Instruction) -> None:
+    return None
+
+
+@handler("CALL")
+def _call(frame: Frame, inst: dis.Instruction) -> None:
+    fn, args, kwargs = _split_call(frame, iarg(inst))
+    frame.push(call(frame, fn, args, kwargs))
+
+
+@handler("CALL_FUNCTION_EX")
+def _call_function_ex(frame: Frame, inst: dis.Instruction) -> None:
+    kwargs_var = frame.pop() if iarg(inst) & 1 else None
+    args_var = frame.pop()
+    fn = frame.pop()
+    if frame.stack and frame.stack[-1] is NULL:
+        frame.pop()
+    args = sequence_items(frame, args_var)
+    kwargs: dict[str, Var] = {}
+    if kwargs_var is not None:
+        if kwargs_var.kind != "dict":
+            raise Unsupported("**kwargs from a non-dict")
+        kwargs = dict(kwargs_var.box.items)
+    frame.push(call(frame, fn, args, kwargs))
+
+
+@dataclass(frozen=True, slots=True)
+class MadeFunction:
+    """A function created by MAKE_FUNCTION while tracing."""
+
+    code: types.CodeType
+    defaults: tuple[Var, ...]
+    kwdefaults: dict[str, Var]
+    cells: tuple[CellBox, ...]
+    f_globals: dict[str, Any]
+    globals_source: Source | None
+
+
+@handler("MAKE_FUNCTION")
+def _make_function(frame: Frame, inst: dis.Instruction) -> None:
+    code_var = frame.pop()
+    if code_var.kind != "const" or not isinstance(code_var.value, types.CodeType):
+        frame.pop()  # 3.10-style qualname; 3.11+ has only the code
+        raise Unsupported("MAKE_FUNCTION without a code object")
+    flags = iarg(inst) or 0
+    cells: tuple[CellBox, ...] = ()
+    if flags & 0x08:
+        cells = tuple(v.box for v in frame.pop().items)
+    if flags & 0x04:
+        frame.pop()
+    kwdefaults: dict[str, Var] = {}
+    if flags & 0x02:
+        kwdefaults = {str(k): v for k, v in frame.pop().box.items.items()}
+    defaults: tuple[Var, ...] = ()
+    if flags & 0x01:
+        defaults = tuple(frame.pop().items)
+    made = MadeFunction(code_var.value, defaults, kwdefaults, cells, frame.f_globals, frame.globals_source)
+    frame.push(Var("closure", made))
+
+
+def bind_arguments(
+    code: types.CodeType, args: list[Var], kwargs: dict[str, Var], defaults: tuple[Var, ...], kwdefaults: dict[str, Var]
+) -> dict[str, Var]:
+    """Bind call arguments to the parameter names of ``code`` (a graph break where eager raises TypeError)."""
+    names = code.co_varnames
+    npos, nkw = code.co_argcount, code.co_kwonlyargcount
+    has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    has_varkw = bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    bound: dict[str, Var] = dict(zip(names[:npos], args))
+    extra = args[npos:]
+    if extra and not has_varargs:
+        raise Unsupported(f"{code.co_name}() got too many positional arguments (TypeError in eager)")
+    keyword_ok = set(names[code.co_posonlyargcount : npos + nkw])
+    extra_kw: dict[str, Var] = {}
+    for key, value in kwargs.items():
+        if key in keyword_ok:
+            if key in bound:
+                raise Unsupported(f"{code.co_name}() got multiple values for {key!r} (TypeError in eager)")
+            bound[key] = value
+        elif has_varkw:
+            extra_kw[key] = value
+        else:
+            raise Unsupported(f"{code.co_name}() got an unexpected keyword {key!r} (TypeError in eager)")
+    first_default = npos - len(defaults)
+    for i, name in enumerate(names[:npos]):
+        if name not in bound and i >= first_default:
+            bound[name] = defaults[i - first_default]
+    for name in names[npos : npos + nkw]:
+        if name not in bound and name in kwdefaults:
+            bound[name] = kwdefaults[name]
+    missing = [n for n in names[: npos + nkw] if n not in bound]
+    if missing:
+        raise Unsupported(f"{code.co_name}() is missing arguments {missing} (TypeError in eager)")
+    index = npos + nkw
+    if has_varargs:
+        bound[names[index]] = Var("tuple", tuple, items=tuple(extra))
+        index += 1
+    if has_varkw:
+        bound[names[index]] = Var("dict", box=DictBox(extra_kw))
+    return bound
+
+
+def inline(
+    frame: Frame,
+    code: types.CodeType,
+    bound: dict[str, Var],
+    f_globals: dict[str, Any],
+    globals_source: Source | None,
+    free: dict[str, tuple[Any, Source | None]],
+    cells: dict[str, CellBox],
+) -> Var:
+    """Interpret ``code`` as a call made from ``frame`` and return its result."""
+    if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        raise Unsupported(f"calling the coroutine function {code.co_name} is not supported")
+    if frame.depth + 1 > frame.state.config.inline_depth:
+        raise Unsupported(f"inlining deeper than {frame.state.config.inline_depth} calls")
+    child = Frame(frame.state, code, f_globals, globals_source, parent=frame, depth=frame.depth + 1)
+    child.locals = dict(bound)
+    child.free_sources = free
+    child.cells = dict(cells)
+    if code.co_flags & inspect.CO_GENERATOR:
+        # A generator consumed in the frame is run to completion at the call: its yields
+        # become the items of an iterator (same values as eager for generators without
+        # side effects interleaved with their consumer).
+        child.yielded = []
+        run_frame(child)
+        return Var("iter", box=IterBox(child.yielded))
+    return run_frame(child)
+
+
+def inline_function(frame: Frame, fn: types.FunctionType, source: Source | None, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Inline a real Python function (its defaults and closure are read through ``source``)."""
+    state = frame.state
+    defaults = tuple(
+        state.wrap(v, source.attr("__defaults__").item(i) if source else None) for i, v in enumerate(fn.__defaults__ or ())
+    )
+    kwdefaults = {
+        k: state.wrap(v, source.attr("__kwdefaults__").item(k) if source else None) for k, v in (fn.__kwdefaults__ or {}).items()
+    }
+    bound = bind_arguments(fn.__code__, args, kwargs, defaults, kwdefaults)
+    free: dict[str, tuple[Any, Source | None]] = {}
+    for i, name in enumerate(fn.__code__.co_freevars):
+        cell = (fn.__closure__ or ())[i]
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            continue
+        free[name] = (contents, source.attr("__closure__").item(i).attr("cell_contents") if source else None)
+    if fn.__globals__ is state.f_globals:
+        globals_source = None
+    else:
+        globals_source = source.attr("__globals__") if source else None
+    return inline(frame, fn.__code__, bound, fn.__globals__, globals_source, free, {})
+
+
+def is_graph_target(fn: Any) -> bool:
+    """True when ``fn`` may be the target of a call_function node of the torch dialect."""
+    return is_allowed_target(fn)
+
+
+# Torch functions without tensor inputs or outputs that are safe to evaluate at trace time.
+_PURE_TORCH = {
+    id(f)
+    for f in (torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.is_grad_enabled, torch.get_default_dtype,
+              torch.is_autocast_enabled, torch.numel, torch.result_type, torch.promote_types, torch.can_cast,
+              torch.finfo, torch.iinfo)
+}  # fmt: skip
+
+
+def torch_call(frame: Frame, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Record a call of a torch function (or fold it when it is pure and sees no tensor)."""
+    module = getattr(fn, "__module__", None) or ""
+    if module.split(".")[0] in ("math", "operator", "_operator") and not has_tensor(args) and not has_tensor(kwargs):
+        values = [as_const(a, getattr(fn, "__name__", "call")) for a in args]
+        kw = {k: as_const(v, "a keyword") for k, v in kwargs.items()}
+        try:
+            return from_python(fn(*values, **kw))
+        except Exception as exc:
+            raise Unsupported(f"{fn.__name__} raised {type(exc).__name__} at trace time") from exc
+    if not has_tensor(args) and not has_tensor(kwargs):
+        if id(fn) in _PURE_TORCH:
+            try:
+                return from_python(fn(*[as_const(a, "an argument") for a in args], **{k: as_const(v, "an argument") for k, v in kwargs.items()}))
+            except Exception as exc:
+                raise Unsupported(f"{fn.__name__} raised {type(exc).__name__} at trace time") from exc
+        # A call without tensor inputs must be a tensor factory; it runs on the meta device so
+        # tracing neither allocates nor advances the random generator.
+        return graph_call(frame, "call_function", fn, tuple(args), kwargs, factory=True)
+    return graph_call(frame, "call_function", fn, tuple(args), kwargs)
+
+
+def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if getattr(value, DISABLED_ATTR, False):
+        raise Unsupported(f"{getattr(value, '__qualname__', value)} is marked ptc_capture.disable")
+    builtin = BUILTINS.get(id(value))
+    if builtin is not None:
+        return builtin(frame, fn, args, kwargs)
+    if id(value) in ALLOW_IN_GRAPH:
+        return graph_call(frame, "call_function", value, tuple(args), kwargs)
+    if is_graph_target(value):
+        return torch_call(frame, value, args, kwargs)
+    if isinstance(value, types.FunctionType):
+        return inline_function(frame, value, fn.source, args, kwargs)
+    if isinstance(value, torch.nn.Module):
+        return call_module(frame, fn, args, kwargs)
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__") if fn.source else None)
+        return inline_function(frame, value.__func__, None, [self_var, *args], kwargs)
+    name = getattr(value, "__qualname__", None) or type(value).__name__
+    if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields"):
+        return _make_namedtuple(value, args, kwargs)
+    if isinstance(value, type) and _plain_class(value):
+        return _construct(frame, value, args, kwargs)
+    if isinstance(value, type):
+        raise Unsupported(f"constructing {name} objects is not supported yet")
+    call_impl = next((k.__dict__["__call__"] for k in type(value).__mro__ if "__call__" in k.__dict__), None)
+    if isinstance(call_impl, types.FunctionType) and fn.source is not None:
+        return inline_function(frame, call_impl, None, [fn, *args], kwargs)
+    raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
+
+
+def _plain_class(cls: type) -> bool:
+    # Instances we can model as an attribute dict: default __new__, a __dict__, no metaclass
+    # magic, and not a torch type (tensors and modules have their own state).
+    return (
+        getattr(cls, "__new__", None) is object.__new__
+        and type(cls) is type
+        and "__slots__" not in vars(cls)
+        and not (cls.__module__ or "").startswith("torch")
+        and isinstance(getattr(cls, "__init__", None), types.FunctionType)
+        and getattr(cls, "__setattr__", None) is object.__setattr__
+        and getattr(cls, "__getattribute__", None) is object.__getattribute__
+    )
+
+
+def _construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    obj = Var("userobj", cls, box=ObjBox({}))
+    result = inline_function(frame, cls.__init__, None, [obj, *args], kwargs)  # type: ignore[misc]
+    if not (result.kind == "const" and result.value is None):
+        raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
+    return obj
+
+
+def _make_namedtuple(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    fields: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]
+    defaults: dict[str, Any] = getattr(cls, "_field_defaults", {})
+    values = dict(zip(fields, args))
+    if len(args) > len(fields):
+        raise Unsupported(f"{cls.__name__}() got too many arguments (TypeError in eager)")
+    for key, value in kwargs.items():
+        if key not in fields or key in values:
+            raise Unsupported(f"{cls.__name__}() got a bad keyword {key!r} (TypeError in eager)")
+        values[key] = value
+    for key in fields:
+        if key not in values:
+            if key not in defaults:
+                raise Unsupported(f"{cls.__name__}() is missing {key!r} (TypeError in eager)")
+            values[key] = from_python(defaults[key])
+    return Var("tuple", cls, items=tuple(values[f] for f in fields))
+
+
+@caller("function", "callable", "object")
+def _call_value(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return _call_python_object(frame, fn, fn.value, args, kwargs)
+
+
+@caller("userobj")
+def _call_userobj(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    call_impl = next((k.__dict__["__call__"] for k in fn.value.__mro__ if "__call__" in k.__dict__), None)
+    if not isinstance(call_impl, types.FunctionType):
+        raise Unsupported(f"{fn.value.__name__} objects are not callable")
+    return inline_function(frame, call_impl, None, [fn, *args], kwargs)
+
+
+@caller("const")
+def _call_const(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    value = fn.value
+    if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and isinstance(
+        getattr(value, "__self__", None), (str, int, float, tuple, bytes, torch.dtype, torch.device)
+    ):
+        values = [as_const(a, "an argument") for a in args]
+        kw = {k: as_const(v, "an argument") for k, v in kwargs.items()}
+        try:
+            return from_python(value(*values, **kw))
+        except Exception as exc:
+            raise Unsupported(f"{value.__name__} raised {type(exc).__name__} at trace time") from exc
+    return _call_python_object(frame, fn, value, args, kwargs)
+
+
+@caller("method")
+def _call_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    self_var = fn.items[0]
+    func = fn.value
+    if getattr(func, DISABLED_ATTR, False):
+        raise Unsupported(f"{func.__qualname__} is marked ptc_capture.disable")
+    source = None
+    if self_var.source is not None:
+        source = self_var.source.attr(func.__name__).attr("__func__")
+    return inline_function(frame, func, source if _same_func(self_var, func) else None, [self_var, *args], kwargs)
+
+
+def _same_func(self_var: Var, func: Any) -> bool:
+    bound = getattr(self_var.value, func.__name__, None)
+    return getattr(bound, "__func__", None) is func
+
+
+@caller("tensor_method")
+def _call_tensor_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    name = fn.value
+    result = graph_call(frame, "call_method", name, (fn.items[0], *args), kwargs)
+    if result.kind == "const" and result.value is None:
+        if not name.endswith("_"):
+            raise Unsupported(f"Tensor.{name} has effects outside the graph")
+        graph_call(frame, "call_method", name, (fn.items[0], *args), kwargs, mutates=True)
+        return result
+    if name.endswith("_") and result.kind == "tensor" and not name.startswith("__"):
+        # In-place methods return self; keep identity so ``y = x.add_(1); y is x`` holds.
+        return result
+    return result
+
+
+@caller("closure")
+def _call_closure(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    made: MadeFunction = fn.value
+    bound = bind_arguments(made.code, args, kwargs, made.defaults, made.kwdefaults)
+    cells = dict(zip(made.code.co_freevars, made.cells))
+    return inline(frame, made.code, bound, made.f_globals, made.globals_source, {}, cells)
+
+
+@caller("ctx_exit")
+def _call_ctx_exit(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    from ptc_capture.interpreter.control import set_grad_mode
+
+    set_grad_mode(frame, bool(fn.value))
+    return const(None)
+
+
+def call_module(frame: Frame, module_var: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Trace ``module(*args, **kwargs)``: forward pre-hooks, forward (inlined), forward hooks."""
+    module = module_var.value
+    from torch.nn.modules import module as module_impl
+
+    unsupported = (
+        module._backward_hooks, module._backward_pre_hooks, module._forward_hooks_with_kwargs,
+        module._forward_pre_hooks_with_kwargs, module_impl._global_forward_hooks,
+        module_impl._global_forward_pre_hooks, module_impl._global_backward_hooks,
+    )  # fmt: skip
+    if any(unsupported):
+        raise Unsupported(f"backward, keyword or global hooks on {type(module).__name__} are not supported yet")
+    forward = type(module).forward
+    if not isinstance(forward, types.FunctionType):
+        raise Unsupported(f"{type(module).__name__}.forward is not a Python function")
+    # Hooks run in the order nn.Module._call_impl runs them (pre-hooks may replace the
+    # arguments, hooks may replace the output); see torch.nn.Module.register_forward_hook.
+    for hook in _hooks(frame, module_var, "_forward_pre_hooks"):
+        replaced = call(frame, hook, [module_var, Var("tuple", tuple, items=tuple(args))], {})
+        if not (replaced.kind == "const" and replaced.value is None):
+            args = list(replaced.items) if replaced.kind == "tuple" else [replaced]
+    out = inline_function(frame, forward, None, [module_var, *args], kwargs)
+    for hook in _hooks(frame, module_var, "_forward_hooks"):
+        replaced = call(frame, hook, [module_var, Var("tuple", tuple, items=tuple(args)), out], {})
+        if not (replaced.kind == "const" and replaced.value is None):
+            out = replaced
+    return out
+
+
+def _hooks(frame: Frame, module_var: Var, table: str) -> list[Var]:
+    hooks = getattr(module_var.value, table)
+    if not hooks:
+        return []
+    source = module_var.source.attr(table) if module_var.source is not None else None
+    if source is None:
+        raise Unsupported("hooks on a module without a source")
+    wrapped = frame.state.wrap(hooks, source)
+    if wrapped.kind != "dict":
+        raise Unsupported(f"{table} of an unexpected type")
+    return list(wrapped.box.items.values())
+
+
+@caller("module")
+def _call_module(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return call_module(frame, fn, args, kwargs)
+
+
+__all__ = ["ALLOW_IN_GRAPH", "BUILTINS", "CALLERS", "call", "caller", "inline_function", "is_graph_target", "torch_call"]

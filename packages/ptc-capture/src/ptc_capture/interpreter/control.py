@@ -1,0 +1,131 @@
+"""Handlers for jumps, loops (unrolled), iterators, context managers and raise."""
+
+from __future__ import annotations
+
+import dis
+from collections.abc import Callable
+
+import torch
+
+from ptc_capture.interpreter.loop import handler
+from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.values import sequence_items, truth
+from ptc_capture.variables import IterBox, Var, const
+from ptc_spec import META_KEY
+
+
+@handler("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
+def _jump(frame: Frame, inst: dis.Instruction) -> None:
+    frame.jump(inst.argval)
+
+
+def _is_none(var: Var) -> bool:
+    return var.kind == "const" and var.value is None
+
+
+# POP_JUMP_* names differ between 3.11 (FORWARD/BACKWARD variants) and 3.12; the test is the same.
+_POP_JUMP_TESTS: dict[str, Callable[[Var], bool]] = {
+    "IF_TRUE": lambda v: truth(v),
+    "IF_FALSE": lambda v: not truth(v),
+    "IF_NONE": _is_none,
+    "IF_NOT_NONE": lambda v: not _is_none(v),
+}
+
+
+def _pop_jump_test(opname: str) -> str:
+    for suffix in ("IF_NOT_NONE", "IF_NONE", "IF_TRUE", "IF_FALSE"):
+        if opname.endswith(suffix):
+            return suffix
+    raise KeyError(opname)
+
+
+@handler(
+    "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
+    "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
+    "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE",
+    "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
+)  # fmt: skip
+def _pop_jump(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.stack[-1]
+    taken = _POP_JUMP_TESTS[_pop_jump_test(inst.opname)](value)
+    frame.pop()
+    if taken:
+        frame.jump(inst.argval)
+
+
+@handler("JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP")
+def _jump_or_pop(frame: Frame, inst: dis.Instruction) -> None:
+    value = truth(frame.stack[-1])
+    if value == inst.opname.startswith("JUMP_IF_TRUE"):
+        frame.jump(inst.argval)
+    else:
+        frame.pop()
+
+
+@handler("GET_ITER")
+def _get_iter(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    if value.kind == "iter":
+        frame.push(value)
+        return
+    frame.push(Var("iter", box=IterBox(sequence_items(frame, value))))
+
+
+@handler("FOR_ITER")
+def _for_iter(frame: Frame, inst: dis.Instruction) -> None:
+    iterator = frame.stack[-1]
+    if iterator.kind != "iter":
+        raise Unsupported(f"FOR_ITER over a {iterator.kind}")
+    box = iterator.box
+    if box.pos < len(box.items):
+        frame.push(box.items[box.pos])
+        box.pos += 1
+        return
+    frame.pop()
+    frame.jump(inst.argval)
+    # 3.12 jumps to END_FOR and skips it, having popped the iterator itself
+    # (https://docs.python.org/3.12/library/dis.html#opcode-FOR_ITER).
+    if frame.instructions[frame.ip].opname == "END_FOR":
+        frame.ip += 1
+
+
+@handler("BEFORE_WITH")
+def _before_with(frame: Frame, inst: dis.Instruction) -> None:
+    manager = frame.pop()
+    if manager.kind != "ctx":
+        raise Unsupported(f"with-statement over a {manager.kind} ({type(manager.value).__name__})")
+    previous = frame.state.grad_enabled
+    set_grad_mode(frame, bool(manager.value))
+    frame.push(Var("ctx_exit", previous))
+    frame.push(const(None))
+
+
+def set_grad_mode(frame: Frame, enabled: bool) -> None:
+    """Switch grad mode for the ops traced next, and in the graph at run time."""
+    if frame.state.grad_enabled == enabled:
+        return
+    frame.state.grad_enabled = enabled
+    graph = frame.state.graph.graph
+    node = graph.call_function(torch._C._set_grad_enabled, (enabled,))
+    node.meta[META_KEY] = None
+
+
+@handler("RAISE_VARARGS", "RERAISE", "PUSH_EXC_INFO", "SETUP_FINALLY", "CHECK_EXC_MATCH")
+def _raise(frame: Frame, inst: dis.Instruction) -> None:
+    raise Unsupported(f"{inst.opname}: exceptions raised in the traced region run eagerly")
+
+
+@handler("RETURN_GENERATOR")
+def _return_generator(frame: Frame, inst: dis.Instruction) -> None:
+    # The generator object this pushes is popped at once by the POP_TOP that follows.
+    if frame.yielded is None:
+        raise Unsupported("RETURN_GENERATOR outside an inlined generator")
+    frame.push(const(None))
+
+
+@handler("YIELD_VALUE")
+def _yield_value(frame: Frame, inst: dis.Instruction) -> None:
+    if frame.yielded is None:
+        raise Unsupported("yield outside an inlined generator")
+    frame.yielded.append(frame.pop())
+    frame.push(const(None))

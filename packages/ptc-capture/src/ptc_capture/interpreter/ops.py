@@ -1,0 +1,323 @@
+"""Handlers for operators: binary/unary arithmetic, comparisons, identity, membership, subscripts."""
+
+from __future__ import annotations
+
+import dis
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ptc_capture.interpreter.loop import handler
+from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.values import as_const, from_python, graph_call, truth
+from ptc_capture.variables import ListBox, Var, const, is_python_value, python_value
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
+    "@": operator.matmul, "*": operator.mul, "%": operator.mod, "|": operator.or_,
+    "**": operator.pow, ">>": operator.rshift, "-": operator.sub, "/": operator.truediv,
+    "^": operator.xor,
+}  # fmt: skip
+
+# In-place operators on a tensor mutate it (``x += y`` is ``x.add_(y)``), so they are
+# recorded as the in-place Tensor method that eager calls.
+_TENSOR_INPLACE: dict[str, str] = {
+    "+=": "add_", "-=": "sub_", "*=": "mul_", "/=": "div_", "&=": "bitwise_and_",
+    "|=": "bitwise_or_", "^=": "bitwise_xor_", "//=": "floor_divide_", "%=": "remainder_",
+    "**=": "pow_", "<<=": "bitwise_left_shift_", ">>=": "bitwise_right_shift_",
+}  # fmt: skip
+
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+    ">=": operator.ge,
+}  # fmt: skip
+
+
+def fold(fn: Callable[..., Any], *values: Var) -> Var:
+    """Apply ``fn`` to the Python values of ``values`` at trace time."""
+    args = [as_const(v, getattr(fn, "__name__", "operator")) for v in values]
+    try:
+        return from_python(fn(*args))
+    except Exception as exc:
+        # The eager run raises the same error with the user's traceback.
+        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__} at trace time") from exc
+
+
+def binary(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
+    """The Var of ``a <symbol> b`` (symbol as in dis, e.g. ``+`` or ``+=``)."""
+    inplace = symbol.endswith("=") and symbol not in _COMPARE
+    base = symbol[:-1] if inplace else symbol
+    fn = _BINARY[base]
+    if a.kind == "tensor" or b.kind == "tensor":
+        if inplace and a.kind == "tensor":
+            graph_call(frame, "call_method", _TENSOR_INPLACE[symbol], (a, b), {})
+            return a
+        return graph_call(frame, "call_function", fn, (a, b), {})
+    sequence = _sequence_binary(frame, base, inplace, a, b)
+    if sequence is not None:
+        return sequence
+    return fold(fn, a, b)
+
+
+def _sequence_binary(frame: Frame, op: str, inplace: bool, a: Var, b: Var) -> Var | None:
+    if op == "+" and a.kind == "tuple" and b.kind == "tuple" and a.value is b.value:
+        return Var("tuple", a.value, items=a.items + b.items)
+    if op == "+" and a.kind == "list" and b.kind in ("list", "tuple"):
+        extra = b.box.items if b.kind == "list" else list(b.items)
+        if inplace:
+            a.box.items.extend(extra)
+            if a.source is not None:
+                frame.state.side_effects.mutate_contents(a)
+            return a
+        if b.kind == "list":
+            return Var("list", box=ListBox(a.box.items + extra))
+    if op == "*" and a.kind in ("tuple", "list") and b.kind == "const" and type(b.value) is int:
+        if a.kind == "tuple":
+            return Var("tuple", a.value, items=a.items * b.value)
+        if not inplace:
+            return Var("list", box=ListBox(a.box.items * b.value))
+    return None
+
+
+@handler("BINARY_OP")
+def _binary_op(frame: Frame, inst: dis.Instruction) -> None:
+    b = frame.pop()
+    a = frame.pop()
+    frame.push(binary(frame, dis._nb_ops[inst.arg][1], a, b))  # type: ignore[attr-defined]
+
+
+def compare(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
+    """The Var of a rich comparison."""
+    fn = _COMPARE[symbol]
+    if a.kind == "tensor" or b.kind == "tensor":
+        return graph_call(frame, "call_function", fn, (a, b), {})
+    if symbol in ("==", "!=") and not (is_python_value(a) and is_python_value(b)):
+        same = _same_object(a, b)
+        if same is not None:
+            return const(same if symbol == "==" else not same)
+    return fold(fn, a, b)
+
+
+@handler("COMPARE_OP")
+def _compare_op(frame: Frame, inst: dis.Instruction) -> None:
+    b = frame.pop()
+    a = frame.pop()
+    frame.push(compare(frame, str(inst.argval), a, b))
+
+
+def _same_object(a: Var, b: Var) -> bool | None:
+    if a is b:
+        return True
+    if a.kind == "null" or b.kind == "null":
+        return a.kind == b.kind
+    if is_python_value(a) and is_python_value(b) and a.kind not in ("tuple", "list", "dict"):
+        return python_value(a) is python_value(b)
+    if (a.kind == "const" and a.value is None) or (b.kind == "const" and b.value is None):
+        return False
+    if a.kind == "tensor" and b.kind == "tensor":
+        return a.node is b.node
+    if a.kind != b.kind:
+        return False
+    if a.box is not None and b.box is not None:
+        return a.box is b.box
+    return None
+
+
+@handler("IS_OP")
+def _is_op(frame: Frame, inst: dis.Instruction) -> None:
+    b = frame.pop()
+    a = frame.pop()
+    same = _same_object(a, b)
+    if same is None:
+        raise Unsupported(f"identity of a {a.kind} and a {b.kind} is not known at trace time")
+    frame.push(const(same != bool(inst.arg)))
+
+
+def contains(frame: Frame, item: Var, container: Var) -> bool:
+    """``item in container`` at trace time."""
+    if container.kind == "dict":
+        return bool(as_const(item, "a dict key") in container.box.items)
+    if container.kind in ("tuple", "list"):
+        items = container.items if container.kind == "tuple" else container.box.items
+        for other in items:
+            same = _same_object(item, other)
+            if same is None or (not same and is_python_value(item) and is_python_value(other)):
+                same = truth(compare(frame, "==", item, other))
+            if same:
+                return True
+        return False
+    if container.kind == "tensor" or item.kind == "tensor":
+        raise Unsupported("membership test on a tensor")
+    return bool(as_const(item, "in") in as_const(container, "in"))
+
+
+@handler("CONTAINS_OP")
+def _contains_op(frame: Frame, inst: dis.Instruction) -> None:
+    container = frame.pop()
+    item = frame.pop()
+    frame.push(const(contains(frame, item, container) != bool(inst.arg)))
+
+
+_UNARY: dict[str, Callable[[Any], Any]] = {
+    "UNARY_NEGATIVE": operator.neg,
+    "UNARY_POSITIVE": operator.pos,
+    "UNARY_INVERT": operator.invert,
+}
+
+
+def unary(frame: Frame, fn: Callable[[Any], Any], value: Var) -> Var:
+    """The Var of a unary operator."""
+    if value.kind == "tensor":
+        return graph_call(frame, "call_function", fn, (value,), {})
+    return fold(fn, value)
+
+
+@handler("UNARY_NEGATIVE", "UNARY_POSITIVE", "UNARY_INVERT")
+def _unary(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(unary(frame, _UNARY[inst.opname], frame.pop()))
+
+
+@handler("UNARY_NOT")
+def _unary_not(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(const(not truth(frame.pop())))
+
+
+@handler("CALL_INTRINSIC_1")
+def _call_intrinsic_1(frame: Frame, inst: dis.Instruction) -> None:
+    # 3.12 moved a few rare operations behind CALL_INTRINSIC_1; see the dis docs
+    # (https://docs.python.org/3.12/library/dis.html#opcode-CALL_INTRINSIC_1).
+    name = str(inst.argrepr)
+    value = frame.pop()
+    if name == "INTRINSIC_UNARY_POSITIVE":
+        frame.push(unary(frame, operator.pos, value))
+    elif name == "INTRINSIC_LIST_TO_TUPLE":
+        frame.push(Var("tuple", tuple, items=tuple(value.box.items)))
+    else:
+        raise Unsupported(f"CALL_INTRINSIC_1 {name} is not supported")
+
+
+def getitem(frame: Frame, obj: Var, index: Var) -> Var:
+    """The Var of ``obj[index]``."""
+    kind = obj.kind
+    if kind == "tensor":
+        return graph_call(frame, "call_function", operator.getitem, (obj, index), {})
+    if kind in ("tuple", "list"):
+        items = obj.items if kind == "tuple" else obj.box.items
+        key = as_const(index, "a sequence index")
+        if isinstance(key, slice):
+            picked = items[key]
+            if kind == "tuple":
+                return Var("tuple", obj.value if obj.value is not torch.Size else torch.Size, items=tuple(picked))
+            return Var("list", box=ListBox(list(picked)))
+        try:
+            return items[operator.index(key)]
+        except (IndexError, TypeError) as exc:
+            raise Unsupported(f"index {key!r} raised {type(exc).__name__} at trace time") from exc
+    if kind == "dict":
+        key = as_const(index, "a dict key")
+        if key not in obj.box.items:
+            raise Unsupported(f"key {key!r} is missing (KeyError at trace time)")
+        found: Var = obj.box.items[key]
+        return found
+    if kind == "module" and isinstance(obj.value, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)):
+        key = as_const(index, "a module index")
+        child = obj.value[key]
+        if isinstance(child, torch.nn.Module):
+            for name, candidate in obj.value._modules.items():
+                if candidate is child:
+                    source = obj.source.attr("_modules").item(name) if obj.source else None
+                    return frame.state.wrap(child, source)
+        raise Unsupported("slicing a module container is not supported")
+    if kind == "object" and index.kind == "const" and obj.source is not None:
+        try:
+            value = obj.value[index.value]
+        except Exception as exc:
+            raise Unsupported(f"subscript raised {type(exc).__name__} at trace time") from exc
+        return frame.state.wrap(value, obj.source.item(index.value))
+    return fold(operator.getitem, obj, index)
+
+
+@handler("BINARY_SUBSCR")
+def _binary_subscr(frame: Frame, inst: dis.Instruction) -> None:
+    index = frame.pop()
+    obj = frame.pop()
+    frame.push(getitem(frame, obj, index))
+
+
+@handler("BINARY_SLICE")
+def _binary_slice(frame: Frame, inst: dis.Instruction) -> None:
+    stop = frame.pop()
+    start = frame.pop()
+    obj = frame.pop()
+    frame.push(getitem(frame, obj, _slice_var(start, stop, const(None))))
+
+
+def _slice_var(start: Var, stop: Var, step: Var) -> Var:
+    parts = [start, stop, step]
+    if all(p.kind == "const" for p in parts):
+        return const(slice(start.value, stop.value, step.value))
+    raise Unsupported("slice bounds must be known at trace time")
+
+
+def setitem(frame: Frame, obj: Var, index: Var, value: Var) -> None:
+    """Trace ``obj[index] = value``."""
+    if obj.kind == "tensor":
+        graph_call(frame, "call_function", operator.setitem, (obj, index, value), {}, mutates=True)
+        return
+    if obj.kind == "list":
+        key = as_const(index, "a list index")
+        try:
+            if isinstance(key, slice):
+                obj.box.items[key] = _iter_items(value)
+            else:
+                obj.box.items[operator.index(key)] = value
+        except (IndexError, TypeError, ValueError) as exc:
+            raise Unsupported(f"list assignment raised {type(exc).__name__} at trace time") from exc
+    elif obj.kind == "dict":
+        obj.box.items[as_const(index, "a dict key")] = value
+    else:
+        raise Unsupported(f"item assignment on a {obj.kind} is not supported")
+    if obj.source is not None:
+        frame.state.side_effects.mutate_contents(obj)
+
+
+def _iter_items(value: Var) -> list[Var]:
+    if value.kind == "tuple":
+        return list(value.items)
+    if value.kind == "list":
+        return list(value.box.items)
+    raise Unsupported("slice assignment from a non-sequence")
+
+
+@handler("STORE_SUBSCR")
+def _store_subscr(frame: Frame, inst: dis.Instruction) -> None:
+    index = frame.pop()
+    obj = frame.pop()
+    value = frame.pop()
+    setitem(frame, obj, index, value)
+
+
+@handler("STORE_SLICE")
+def _store_slice(frame: Frame, inst: dis.Instruction) -> None:
+    stop = frame.pop()
+    start = frame.pop()
+    obj = frame.pop()
+    value = frame.pop()
+    setitem(frame, obj, _slice_var(start, stop, const(None)), value)
+
+
+@handler("DELETE_SUBSCR")
+def _delete_subscr(frame: Frame, inst: dis.Instruction) -> None:
+    index = frame.pop()
+    obj = frame.pop()
+    if obj.kind not in ("list", "dict"):
+        raise Unsupported(f"item deletion on a {obj.kind} is not supported")
+    key = as_const(index, "an index")
+    try:
+        del obj.box.items[key]
+    except (IndexError, KeyError, TypeError) as exc:
+        raise Unsupported(f"del raised {type(exc).__name__} at trace time") from exc
+    if obj.source is not None:
+        frame.state.side_effects.mutate_contents(obj)

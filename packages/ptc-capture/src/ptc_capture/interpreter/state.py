@@ -1,0 +1,189 @@
+"""Mutable state of one capture: the shared CaptureState and one Frame per code being interpreted."""
+
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ptc_capture.config import Config
+from ptc_capture.graph import GraphState
+from ptc_capture.guards import Guard, GuardSet, Source
+from ptc_capture.side_effects import SideEffects
+from ptc_capture.variables import CellBox, Var, wrap
+
+__all__ = ["CaptureState", "Frame", "Unsupported", "UserLocation", "iarg"]
+
+PY312 = sys.version_info >= (3, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class UserLocation:
+    """A user source position: file, line and function name."""
+
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}"
+
+
+def iarg(inst: dis.Instruction) -> int:
+    """The integer argument of an instruction (0 for instructions without one)."""
+    return int(inst.arg or 0)
+
+
+class Unsupported(Exception):
+    """The interpreter cannot trace an instruction; the capture driver turns it into a graph break."""
+
+    def __init__(self, reason: str, stack: tuple[UserLocation, ...] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.stack = stack
+
+
+@dataclass(slots=True)
+class CaptureState:
+    """Everything shared by the root frame and the frames inlined into it."""
+
+    config: Config
+    f_globals: dict[str, Any]
+    f_builtins: dict[str, Any]
+    closure: tuple[Any, ...]
+    graph: GraphState = field(default_factory=GraphState)
+    guards: GuardSet = field(default_factory=GuardSet)
+    side_effects: SideEffects = field(default_factory=SideEffects)
+    tensors: dict[int, Var] = field(default_factory=dict)
+    boxes: dict[int, Var] = field(default_factory=dict)
+    keepalive: list[Any] = field(default_factory=list)
+    grad_enabled: bool = True
+    grad_at_entry: bool = True
+    steps: int = 0
+
+    def graph_input(self, tensor: torch.Tensor, source: Source | None) -> Var:
+        """Return the Var of a real tensor read from ``source`` (one placeholder per tensor object)."""
+        found = self.tensors.get(id(tensor))
+        if found is not None:
+            return found
+        if source is None:
+            raise Unsupported("a tensor reached the trace without a source it can be read from at run time")
+        ty = type(tensor)
+        if ty not in (torch.Tensor, torch.nn.Parameter):
+            raise Unsupported(f"tensor subclass {ty.__name__} is not supported")
+        expected = (ty, tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()), tensor.requires_grad)
+        self.guards.add(Guard("tensor", source, expected))
+        var = self.graph.placeholder(tensor, source)
+        self.tensors[id(tensor)] = var
+        self.keepalive.append(tensor)
+        return var
+
+    def keepalive_tensor(self, var: Var) -> torch.Tensor:
+        """The real tensor behind a graph input Var."""
+        for tensor in self.keepalive:
+            if isinstance(tensor, torch.Tensor) and self.tensors.get(id(tensor)) is var:
+                return tensor
+        raise KeyError(var)
+
+    def remember_box(self, real: Any, var: Var) -> Var:
+        """Keep one Var per real mutable container so aliases stay aliases."""
+        found = self.boxes.get(id(real))
+        if found is not None:
+            return found
+        self.boxes[id(real)] = var
+        self.keepalive.append(real)
+        return var
+
+    def wrap(self, value: Any, source: Source | None) -> Var:
+        """Wrap a real value (see variables.wrap)."""
+        if isinstance(value, (list, dict)) and id(value) in self.boxes:
+            return self.boxes[id(value)]
+        return wrap(self, value, source)
+
+
+@dataclass(slots=True)
+class Frame:
+    """One code object being interpreted: its instructions, stack, locals and cells."""
+
+    state: CaptureState
+    code: types.CodeType
+    f_globals: dict[str, Any]
+    globals_source: Source | None
+    parent: Frame | None = None
+    function: Var | None = None
+    instructions: list[dis.Instruction] = field(default_factory=list)
+    index_of: dict[int, int] = field(default_factory=dict)
+    ip: int = 0
+    inst: dis.Instruction | None = None
+    stack: list[Var] = field(default_factory=list)
+    locals: dict[str, Var] = field(default_factory=dict)
+    pending: dict[str, Any] = field(default_factory=dict)
+    cells: dict[str, CellBox] = field(default_factory=dict)
+    free_sources: dict[str, tuple[Any, Source | None]] = field(default_factory=dict)
+    kw_names: tuple[str, ...] = ()
+    result: Var | None = None
+    depth: int = 0
+    stop_at: int | None = None
+    yielded: list[Var] | None = None
+
+    def __post_init__(self) -> None:
+        self.instructions = list(dis.get_instructions(self.code))
+        self.index_of = {inst.offset: i for i, inst in enumerate(self.instructions)}
+
+    def push(self, var: Var) -> None:
+        """Push one value."""
+        self.stack.append(var)
+
+    def pop(self) -> Var:
+        """Pop one value."""
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[Var]:
+        """Pop ``n`` values, returned in stack order (deepest first)."""
+        if n == 0:
+            return []
+        values = self.stack[-n:]
+        del self.stack[-n:]
+        return values
+
+    def jump(self, offset: int) -> None:
+        """Continue at the instruction at byte ``offset``."""
+        self.ip = self.index_of[offset]
+
+    def location(self) -> UserLocation:
+        """The user position of the current instruction."""
+        line = None
+        if self.inst is not None:
+            positions = getattr(self.inst, "positions", None)
+            line = positions.lineno if positions is not None and positions.lineno else None
+            if line is None:
+                line = _line_before(self)
+        return UserLocation(self.code.co_filename, line or self.code.co_firstlineno, self.code.co_name)
+
+    def user_stack(self) -> tuple[UserLocation, ...]:
+        """Locations from the root frame down to this one."""
+        frames: list[UserLocation] = []
+        f: Frame | None = self
+        while f is not None:
+            frames.append(f.location())
+            f = f.parent
+        return tuple(reversed(frames))
+
+    def root(self) -> Frame:
+        """The outermost frame."""
+        f = self
+        while f.parent is not None:
+            f = f.parent
+        return f
+
+
+def _line_before(frame: Frame) -> int | None:
+    for i in range(frame.ip - 1, -1, -1):
+        positions = getattr(frame.instructions[i], "positions", None)
+        if positions is not None and positions.lineno:
+            return int(positions.lineno)
+    return None

@@ -1,0 +1,121 @@
+"""Operations on Vars shared by the handler families: truth, Python folding, tensor graph calls."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from ptc_capture.graph import MetaFailure
+from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
+
+__all__ = ["as_const", "from_python", "graph_call", "has_tensor", "sequence_items", "truth"]
+
+
+def from_python(value: Any) -> Var:
+    """A Var (without source) for a value computed at trace time."""
+    ty = type(value)
+    if isinstance(value, torch.Tensor):
+        raise Unsupported("a tensor was produced outside the graph at trace time")
+    if ty is tuple or ty is torch.Size:
+        return Var("tuple", ty, items=tuple(from_python(v) for v in value))
+    if ty is list:
+        return Var("list", box=ListBox([from_python(v) for v in value]))
+    if ty is dict:
+        return Var("dict", box=DictBox({k: from_python(v) for k, v in value.items()}))
+    if isinstance(value, torch.nn.Module):
+        raise Unsupported("an nn.Module created inside the traced region is not supported")
+    return const(value)
+
+
+def has_tensor(values: Any) -> bool:
+    """True when any Var in a (nested) list/tuple/dict of Vars is a tensor or holds one."""
+    if isinstance(values, Var):
+        if values.kind == "tensor":
+            return True
+        if values.kind == "tuple":
+            return any(has_tensor(v) for v in values.items)
+        if values.kind == "list":
+            return any(has_tensor(v) for v in values.box.items)
+        return False
+    if isinstance(values, dict):
+        return any(has_tensor(v) for v in values.values())
+    if isinstance(values, (list, tuple)):
+        return any(has_tensor(v) for v in values)
+    return False
+
+
+def as_const(var: Var, what: str) -> Any:
+    """The Python value of ``var``; a graph break when it has none (e.g. a tensor)."""
+    try:
+        return python_value(var)
+    except TypeError:
+        raise Unsupported(f"{what} needs a Python value but got a {var.kind}") from None
+
+
+def truth(var: Var) -> bool:
+    """bool(var) at trace time; a graph break for tensors (data-dependent control flow)."""
+    kind = var.kind
+    if kind == "tensor":
+        raise Unsupported("data-dependent control flow: the truth value of a tensor decides a branch")
+    if kind == "tuple":
+        return len(var.items) > 0
+    if kind in ("list", "dict"):
+        return len(var.box.items) > 0
+    if kind in ("function", "closure", "module", "callable", "method", "tensor_method"):
+        return True
+    if is_python_value(var):
+        return bool(python_value(var))
+    raise Unsupported(f"truth value of a {kind} is not supported")
+
+
+def sequence_items(frame: Frame, var: Var) -> list[Var]:
+    """The items of an iterable Var known at trace time."""
+    kind = var.kind
+    if kind == "tuple":
+        return list(var.items)
+    if kind == "list":
+        return list(var.box.items)
+    if kind == "dict":
+        return [const(k) for k in var.box.items]
+    if kind == "iter":
+        items = var.box.items[var.box.pos :]
+        var.box.pos = len(var.box.items)
+        return list(items)
+    if kind == "tensor":
+        assert var.meta is not None
+        if not var.meta.shape:
+            raise Unsupported("iteration over a 0-d tensor")
+        count = var.meta.shape[0]
+        if not isinstance(count, int):
+            raise Unsupported("iteration over a tensor with a symbolic first dimension")
+        return [graph_call(frame, "call_function", operator.getitem, (var, const(i)), {}) for i in range(count)]
+    if kind == "const" and isinstance(var.value, (range, str, tuple, bytes, frozenset, set)):
+        return [const(v) for v in var.value]
+    if kind in ("object", "const") and isinstance(var.value, (dict, tuple, list)):
+        return [from_python(v) for v in var.value]
+    if kind == "module" and isinstance(var.value, (torch.nn.ModuleList, torch.nn.Sequential)):
+        base = var.source
+        children = []
+        for name, child in var.value._modules.items():
+            children.append(frame.state.wrap(child, base.attr("_modules").item(name) if base else None))
+        return children
+    raise Unsupported(f"iteration over a {kind} ({type(var.value).__name__}) is not supported")
+
+
+def graph_call(
+    frame: Frame,
+    op: str,
+    target: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    mutates: bool = False,
+    factory: bool = False,
+) -> Var:
+    """Record a torch op in the graph; a graph break when it cannot run on meta tensors."""
+    try:
+        return frame.state.graph.call(op, target, args, kwargs, frame.state.grad_enabled, mutates, factory)
+    except MetaFailure as exc:
+        raise Unsupported(str(exc)) from exc

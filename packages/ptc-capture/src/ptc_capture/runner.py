@@ -1,0 +1,329 @@
+"""Generated Python that runs one cache entry: read inputs, call the compiled graph, rebuild values.
+
+The runner of an entry is plain Python source compiled once per entry: it reads the graph's
+inputs through their sources, calls the backend's callable with the frame hook switched off,
+replays side effects, and either returns the frame's result or runs the breaking instruction
+natively and continues in a resume function.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ptc_capture import framehook
+from ptc_capture.guards import source_expr
+from ptc_capture.interpreter.state import Unsupported
+from ptc_capture.logs import channel
+from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
+from ptc_capture.side_effects import Effect
+from ptc_capture.variables import Var
+
+__all__ = ["BreakPlan", "RunnerSource", "build_runner", "make_replacement"]
+
+_log = channel("graph_code")
+
+
+@dataclass(frozen=True, slots=True)
+class BreakPlan:
+    """How a runner continues after its graph: the instruction to run natively and the resume codes."""
+
+    inst: Any
+    instructions: list[Any]
+    kw_names: tuple[str, ...]
+    stack: list[Var]
+    locals: dict[str, Var]
+    resume_codes: dict[int, types.CodeType]
+
+
+@dataclass(slots=True)
+class RunnerSource:
+    """Accumulates the runner's source text and the objects it refers to."""
+
+    params: dict[str, str]
+    outputs: dict[Any, int]
+    consts: dict[str, Any] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    memo: dict[int, str] = field(default_factory=dict)
+    temps: int = 0
+    frame_globals: Any = None
+
+    def k(self, value: Any) -> str:
+        """The name under which the runner sees ``value``."""
+        name = f"_k{len(self.consts)}"
+        for existing, obj in self.consts.items():
+            if obj is value:
+                return existing
+        self.consts[name] = value
+        return name
+
+    def temp(self, expr: str) -> str:
+        """Bind ``expr`` to a fresh local and return its name."""
+        name = f"_t{self.temps}"
+        self.temps += 1
+        self.lines.append(f"    {name} = {expr}")
+        return name
+
+    def expr(self, var: Var) -> str:
+        """A Python expression that evaluates to the runtime value of ``var``."""
+        kind = var.kind
+        if kind == "tensor":
+            if var.node in self.outputs:
+                return f"_o[{self.outputs[var.node]}]"
+            raise Unsupported("a tensor value is not a graph output")
+        if kind == "const":
+            value = var.value
+            if value is None or type(value) in (bool, int, str) or (type(value) is float and math.isfinite(value)):
+                return repr(value)
+            return self.k(value)
+        if kind == "null":
+            return self.k(NULL_MARK)
+        if kind == "tuple":
+            inner = "".join(self.expr(v) + ", " for v in var.items)
+            if var.value is tuple or var.value is None:
+                return f"({inner})"
+            if hasattr(var.value, "_make"):  # namedtuple classes take fields, not one tuple
+                return f"{self.k(var.value)}._make(({inner}))"
+            return f"{self.k(var.value)}(({inner}))"
+        if kind in ("list", "dict", "iter", "userobj"):
+            return self._box(var)
+        if kind in ("function", "callable", "module", "object"):
+            if var.source is not None:
+                return source_expr(var.source, self.params)
+            return self.k(var.value)
+        if kind == "method":
+            return f"{self.k(types.MethodType)}({self.k(var.value)}, {self.expr(var.items[0])})"
+        if kind in ("tensor_method", "container_method"):
+            return f"{self.expr(var.items[0])}.{var.value}"
+        if kind == "closure":
+            return self._function(var)
+        if kind == "ctx_exit":
+            return f"{self.k(GradModeExit)}({bool(var.value)})"
+        raise Unsupported(f"a {kind} value cannot be rebuilt after the graph")
+
+    def _box(self, var: Var) -> str:
+        found = self.memo.get(id(var.box))
+        if found is not None:
+            return found
+        if var.source is not None:
+            name = self.temp(source_expr(var.source, self.params))
+        elif var.kind == "list":
+            name = self.temp("[" + ", ".join(self.expr(v) for v in var.box.items) + "]")
+        elif var.kind == "userobj":
+            attrs = "{" + ", ".join(f"{name!r}: {self.expr(v)}" for name, v in var.box.attrs.items()) + "}"
+            name = self.temp(f"{self.k(new_object)}({self.k(var.value)}, {attrs})")
+        elif var.kind == "dict":
+            name = self.temp("{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}")
+        else:
+            rest = var.box.items[var.box.pos :]
+            name = self.temp("iter([" + ", ".join(self.expr(v) for v in rest) + "])")
+        self.memo[id(var.box)] = name
+        return name
+
+    def _function(self, var: Var) -> str:
+        # A function made inside the trace is rebuilt with fresh cells holding the traced
+        # contents; capture refuses breaks where the frame writes those cells afterwards.
+        found = self.memo.get(id(var))
+        if found is not None:
+            return found
+        made = var.value
+        cells = []
+        for box in made.cells:
+            cell = self.memo.get(id(box))
+            if cell is None:
+                inner = self.expr(box.contents) if box.contents is not None else ""
+                cell = self.temp(f"{self.k(types.CellType)}({inner})")
+                self.memo[id(box)] = cell
+            cells.append(cell)
+        defaults = "(" + "".join(self.expr(v) + ", " for v in made.defaults) + ")" if made.defaults else "None"
+        closure = "(" + "".join(c + ", " for c in cells) + ")" if cells else "None"
+        globals_expr = "G" if made.f_globals is self.frame_globals else self.k(made.f_globals)
+        name = self.temp(
+            f"{self.k(types.FunctionType)}({self.k(made.code)}, {globals_expr}, {made.code.co_name!r}, {defaults}, {closure})"
+        )
+        if made.kwdefaults:
+            items = ", ".join(f"{key!r}: {self.expr(v)}" for key, v in made.kwdefaults.items())
+            self.lines.append(f"    {name}.__kwdefaults__ = {{{items}}}")
+        self.memo[id(var)] = name
+        return name
+
+    def effect(self, effect: Effect) -> None:
+        """Append the replay of one side effect."""
+        if effect.kind == "global":
+            assert effect.value is not None
+            self.lines.append(f"    G[{effect.name!r}] = {self.expr(effect.value)}")
+        elif effect.kind == "setattr":
+            assert effect.target is not None and effect.value is not None
+            self.lines.append(f"    setattr({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})")
+        else:
+            assert effect.target is not None
+            target = self.expr(effect.target)
+            box = effect.target.box
+            if effect.target.kind == "list":
+                self.lines.append(f"    {target}[:] = [" + ", ".join(self.expr(v) for v in box.items) + "]")
+            else:
+                items = ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in box.items.items())
+                self.lines.append(f"    {target}.clear(); {target}.update({{{items}}})")
+
+
+def new_object(cls: type, attrs: dict[str, Any]) -> Any:
+    """An instance of ``cls`` with ``attrs`` as its __dict__ (how objects made in a trace are rebuilt)."""
+    obj: Any = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
+def _slot_names(code: types.CodeType) -> list[str]:
+    nslots = code.co_argcount + code.co_kwonlyargcount
+    nslots += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    return list(code.co_varnames[:nslots])
+
+
+def build_runner(
+    code: types.CodeType,
+    f_globals: dict[str, Any],
+    f_builtins: dict[str, Any],
+    compiled: Callable[..., Any] | None,
+    inputs: list[Any],
+    outputs: list[Var],
+    effects: list[Effect],
+    result: Var | None,
+    plan: BreakPlan | None,
+    grad_mode: bool | None = None,
+) -> Callable[..., Any]:
+    """Return the runner function of one cache entry (its parameters are the frame's argument slots).
+
+    ``grad_mode`` (when not None) is the grad mode to leave in place after the graph.
+    """
+    slots = _slot_names(code)
+    params = {name: f"_a{i}" for i, name in enumerate(slots)}
+    out_index = {var.node: i for i, var in enumerate(outputs)}
+    src = RunnerSource(params, out_index, frame_globals=f_globals)
+    # The frame's globals arrive per call rather than being held by the runner: a cache entry
+    # lives on its code object, and a strong reference to the globals would keep that code
+    # (a function in those globals) alive through the code's extra slot, which GC cannot see.
+    src.lines.append("")  # the header, written once we know whether the body reads G
+    if compiled is not None:
+        args = "".join(source_expr(s, params) + ", " for s in inputs)
+        src.lines += [
+            "    _prev = _set_callback(None)",
+            "    try:",
+            f"        _o = _compiled({args})",
+            "    finally:",
+            "        _set_callback(_prev)",
+        ]
+    if grad_mode is not None:
+        # The trace ends inside a grad-mode block: leave the mode as eager would have it,
+        # whatever the backend did with the graph's own grad-mode switches.
+        src.lines.append(f"    {src.k(torch.set_grad_enabled)}({grad_mode})")
+    for effect in effects:
+        src.effect(effect)
+    if plan is None:
+        assert result is not None
+        src.lines.append(f"    return {src.expr(result)}")
+    else:
+        _break_ending(src, code, plan)
+    needs_globals = plan is not None or any("G[" in line for line in src.lines)
+    header = ", ".join((["G"] if needs_globals else []) + list(params.values()) + (["C"] if code.co_freevars else []))
+    src.lines[0] = f"def runner({header}):"
+    text = "\n".join(src.lines)
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("runner of %s:\n%s", code.co_qualname, text)
+    namespace: dict[str, Any] = dict(src.consts)
+    namespace.update(
+        B=f_builtins,
+        _compiled=compiled,
+        _set_callback=framehook.set_callback if framehook.available else (lambda cb: None),
+    )
+    if plan is not None:
+        namespace.update(_native=native_step, _inst=plan.inst, _kw=plan.kw_names, _insts=plan.instructions, _strip=strip_nulls)
+        namespace["_resume"] = dict(plan.resume_codes)
+        namespace["_FunctionType"] = types.FunctionType
+    exec(compile(text, f"<ptc_capture runner of {code.co_qualname}>", "exec"), namespace)
+    runner: Callable[..., Any] = namespace["runner"]
+    runner._ptc_needs_globals = needs_globals  # type: ignore[attr-defined]
+    if framehook.available:
+        framehook.set_code_skip(runner.__code__, True)
+    return runner
+
+
+def _break_ending(src: RunnerSource, code: types.CodeType, plan: BreakPlan) -> None:
+    stack = "[" + ", ".join(src.expr(v) for v in plan.stack) + "]"
+    local_values = []
+    for name in resume_parameters(code):
+        var = plan.locals.get(name)
+        if var is None and name in src.params and name not in code.co_cellvars:
+            local_values.append(src.params[name])
+        elif var is None:
+            local_values.append("None")
+        else:
+            local_values.append(src.expr(var))
+    src.lines.append(f"    _st = {stack}")
+    src.lines.append("    _next = _native(_st, _inst, _kw, _insts)")
+    src.lines.append("    _st = _strip(_st)")
+    closure = "C" if code.co_freevars else "None"
+    target = f"_FunctionType(_resume[_next], G, None, None, {closure})"
+    joined = "".join(v + ", " for v in local_values)
+    src.lines.append(f"    return {target}({joined}*_st)")
+
+
+def make_replacement(code: types.CodeType, runner: Callable[..., Any]) -> types.CodeType:
+    """Return a code object with ``code``'s signature and free variables whose body calls ``runner``."""
+    slots = _slot_names(code)
+    npos, nkw = code.co_argcount, code.co_kwonlyargcount
+    names = [f"_a{i}" for i in range(len(slots))]
+    for i in range(npos, npos + nkw):
+        names[i] = slots[i]  # keyword-only parameters are passed by name
+    parts: list[str] = []
+    for i in range(npos):
+        parts.append(names[i])
+        if i + 1 == code.co_posonlyargcount:
+            parts.append("/")
+    index = npos + nkw
+    if code.co_flags & 0x04:
+        parts.append("*" + names[index])
+        index += 1
+    elif nkw:
+        parts.append("*")
+    parts.extend(names[npos : npos + nkw])
+    if code.co_flags & 0x08:
+        parts.append("**" + names[index])
+    call_args = (["globals()"] if getattr(runner, "_ptc_needs_globals", True) else []) + names
+    if code.co_freevars:
+        free = ", ".join(code.co_freevars)
+        call_args.append(f"(lambda: ({free},)).__closure__")
+    body = f"def {code.co_name if code.co_name.isidentifier() else 'frame'}({', '.join(parts)}):\n"
+    body += f"    return '__ptc_runner__'({', '.join(call_args)})\n"
+    if code.co_freevars:
+        outer = "def __ptc_outer():\n"
+        outer += f"    {' = '.join(code.co_freevars)} = None\n"
+        outer += "".join("    " + line + "\n" for line in body.splitlines())
+        outer += f"    return {body.split('(')[0][4:]}\n"
+        text = outer
+    else:
+        text = body
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        module_code = compile(text, code.co_filename, "exec")
+    inner = _find_code(module_code, code.co_freevars)
+    consts = tuple(runner if c == "__ptc_runner__" else c for c in inner.co_consts)
+    replacement = inner.replace(co_consts=consts, co_name=code.co_name, co_qualname=code.co_qualname)
+    if replacement.co_freevars != code.co_freevars:
+        raise Unsupported("could not reproduce the frame's free variables")
+    return replacement
+
+
+def _find_code(module_code: types.CodeType, freevars: tuple[str, ...]) -> types.CodeType:
+    outer = next(c for c in module_code.co_consts if isinstance(c, types.CodeType))
+    if not freevars:
+        return outer
+    return next(c for c in outer.co_consts if isinstance(c, types.CodeType) and c.co_freevars)
+
+

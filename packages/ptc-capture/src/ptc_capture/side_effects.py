@@ -1,0 +1,69 @@
+"""Side effects of a traced region, replayed in order after its graph runs.
+
+Attribute stores on objects the frame can reach and global stores are logged in order;
+mutated lists and dicts that came from the frame are rewritten with their final contents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ptc_capture.variables import Var
+
+__all__ = ["Effect", "SideEffects"]
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One mutation: ``kind`` is setattr (target.name = value), global (G[name] = value), or contents."""
+
+    kind: str
+    target: Var | None
+    name: Any
+    value: Var | None
+
+
+@dataclass(slots=True)
+class SideEffects:
+    """The ordered log of one capture (mutable while tracing)."""
+
+    log: list[Effect] = field(default_factory=list)
+    attrs: dict[tuple[int, str], Var] = field(default_factory=dict)
+
+    def store_attr(self, target: Var, name: str, value: Var) -> None:
+        """Record ``target.name = value``; later reads of the attribute in the trace see ``value``."""
+        self.log.append(Effect("setattr", target, name, value))
+        self.attrs[(id(target.value), name)] = value
+
+    def load_attr(self, target: Var, name: str) -> Var | None:
+        """The value stored earlier in this trace, if any."""
+        return self.attrs.get((id(target.value), name))
+
+    def store_global(self, name: str, value: Var) -> None:
+        """Record ``G[name] = value``."""
+        self.log.append(Effect("global", None, name, value))
+        self.attrs[(0, name)] = value
+
+    def load_global(self, name: str) -> Var | None:
+        """The global stored earlier in this trace, if any."""
+        return self.attrs.get((0, name))
+
+    def mutate_contents(self, target: Var) -> None:
+        """Mark a list or dict from the frame as changed (its final contents are replayed once)."""
+        if target.box.mutated:
+            return
+        target.box.mutated = True
+        self.log.append(Effect("contents", target, None, None))
+
+    def values(self) -> list[Var]:
+        """Every Var the replay needs."""
+        found: list[Var] = []
+        for effect in self.log:
+            if effect.value is not None:
+                found.append(effect.value)
+            if effect.kind == "contents" and effect.target is not None:
+                box = effect.target.box
+                found.extend(box.items if isinstance(box.items, list) else box.items.values())
+        return found

@@ -1,0 +1,205 @@
+"""Symbolic values of the interpreter: one frozen ``Var`` with a ``kind`` and a few mutable boxes.
+
+Kinds: ``tensor`` (a graph node with TensorMeta), ``const`` (a Python value known at trace
+time), ``null`` (CPython's NULL stack marker), ``tuple``, ``list``/``dict``/``iter``/``cell``
+(mutable, in a box), ``function`` (user code to inline), ``closure`` (a function made while
+tracing), ``callable`` (builtins, torch functions, classes: handled by the call tables),
+``module`` (an nn.Module), ``object`` (any other object, read natively), ``method`` (a bound
+method: ``items[0]`` is self), ``tensor_method`` (``value`` is the method name), ``ctx``
+(a grad-mode context manager), ``userobj`` (an instance of a plain Python class created
+while tracing: ``value`` is its class, its attributes are in an ObjBox).
+"""
+
+from __future__ import annotations
+
+import collections
+import types
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ptc_capture.guards import Guard, Source
+from ptc_spec import TensorMeta
+
+if TYPE_CHECKING:
+    import torch.fx
+
+    from ptc_capture.interpreter.state import CaptureState
+
+__all__ = ["CellBox", "DictBox", "IterBox", "ListBox", "ObjBox", "Var", "const", "python_value", "wrap"]
+
+
+@dataclass(slots=True, eq=False)
+class ListBox:
+    """Contents of a list; ``mutated`` says whether a sourced list needs its contents replayed."""
+
+    items: list[Var]
+    mutated: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class DictBox:
+    """Contents of a dict keyed by Python constants."""
+
+    items: dict[Any, Var]
+    mutated: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class IterBox:
+    """An iterator over known items; ``pos`` is the next one."""
+
+    items: list[Var]
+    pos: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class CellBox:
+    """A closure cell created while tracing."""
+
+    contents: Var | None = None
+
+
+@dataclass(slots=True, eq=False)
+class ObjBox:
+    """The instance attributes of a plain Python object created while tracing."""
+
+    attrs: dict[str, Var]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Var:
+    """One symbolic value (identity matters: two Vars are equal only if they are the same object)."""
+
+    kind: str
+    value: Any = None
+    node: torch.fx.Node | None = None
+    meta: TensorMeta | None = None
+    example: torch.Tensor | None = None
+    items: tuple[Var, ...] = ()
+    box: Any = None
+    source: Source | None = None
+
+    def __repr__(self) -> str:
+        if self.kind == "tensor":
+            assert self.meta is not None and self.node is not None
+            return f"Var(tensor {self.node.name} {list(self.meta.shape)} {self.meta.dtype})"
+        if self.kind == "const":
+            return f"Var(const {self.value!r})"
+        return f"Var({self.kind} {type(self.value).__name__})"
+
+
+NULL = Var("null")
+
+
+def const(value: Any, source: Source | None = None) -> Var:
+    """A Var for a Python value known at trace time."""
+    return Var("const", value, source=source)
+
+
+_CONST_TYPES = (type(None), bool, int, float, str, bytes, complex, torch.dtype, torch.device, torch.layout,
+                torch.memory_format, range, slice, type(Ellipsis), type(NotImplemented))
+
+
+def python_value(var: Var) -> Any:
+    """Return the real Python value of a Var that has one; raise TypeError for tensors and boxes we cannot rebuild."""
+    kind = var.kind
+    if kind in ("const", "function", "callable", "module", "object"):
+        return var.value
+    if kind == "tuple":
+        values = tuple(python_value(v) for v in var.items)
+        return var.value(values) if isinstance(var.value, type) and var.value is not tuple else values
+    if kind == "list":
+        return [python_value(v) for v in var.box.items]
+    if kind == "dict":
+        return {k: python_value(v) for k, v in var.box.items.items()}
+    raise TypeError(f"a {kind} value has no Python value at trace time")
+
+
+def is_python_value(var: Var) -> bool:
+    """True when python_value(var) succeeds."""
+    try:
+        python_value(var)
+    except TypeError:
+        return False
+    return True
+
+
+_SEQUENCE_ITERATORS: tuple[type, ...] = (type(iter([])), type(iter(())), type(iter(range(0))))
+
+
+def _wrap_iterator(state: CaptureState, value: Any, source: Source) -> Var:
+    # A resume function receives the live iterator of an unrolled loop; __reduce__ shows its
+    # sequence and position without advancing it.
+    reduced = value.__reduce__()
+    state.guards.add(Guard("len", Source("reduce", None, source), (tuple, len(reduced))))
+    if len(reduced) < 3:
+        return Var("iter", box=IterBox([]))
+    sequence, position = reduced[1][0], reduced[2]
+    reduce_source = Source("reduce", None, source)
+    state.guards.add(Guard("const", reduce_source.item(2), position))
+    seq_var = state.wrap(sequence, reduce_source.item(1).item(0))
+    items = list(seq_var.items) if seq_var.kind == "tuple" else None
+    if items is None and seq_var.kind == "list":
+        items = list(seq_var.box.items)
+    if items is None and seq_var.kind == "const" and isinstance(seq_var.value, range):
+        items = [const(v) for v in seq_var.value]
+    if items is None:
+        raise TypeError(f"cannot wrap an iterator over {type(sequence).__name__}")
+    return Var("iter", box=IterBox(items[position:]))
+
+
+def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
+    """Return the Var of a real value read from ``source``, adding the guards the trace relies on."""
+    guards = state.guards
+    ty = type(value)
+    if isinstance(value, torch.Tensor):
+        return state.graph_input(value, source)
+    if ty in _CONST_TYPES:
+        if source is not None:
+            guards.add(Guard("const", source, value))
+        return const(value, source)
+    if ty is tuple or ty is torch.Size:
+        if source is not None:
+            guards.add(Guard("len", source, (ty, len(value))))
+        items = tuple(wrap(state, v, source.item(i) if source else None) for i, v in enumerate(value))
+        return Var("tuple", ty, items=items, source=source)
+    if ty is list:
+        if source is not None:
+            guards.add(Guard("len", source, (ty, len(value))))
+        box = ListBox([wrap(state, v, source.item(i) if source else None) for i, v in enumerate(value)])
+        return state.remember_box(value, Var("list", box=box, source=source))
+    if ty in (dict, collections.OrderedDict) and all(type(k) in (str, int) for k in value):
+        if source is not None:
+            guards.add(Guard("keys", source, (ty, tuple(value))))
+        dbox = DictBox({k: wrap(state, v, source.item(k) if source else None) for k, v in value.items()})
+        return state.remember_box(value, Var("dict", box=dbox, source=source))
+    if type(value).__name__ == "GradModeExit" and type(value).__module__ == "ptc_capture.resume":
+        if source is not None:
+            guards.add(Guard("type", source, ty))
+            guards.add(Guard("const", source.attr("mode"), value.mode))
+        return Var("ctx_exit", value.mode, source=source)
+    if ty in _SEQUENCE_ITERATORS and source is not None:
+        return _wrap_iterator(state, value, source)
+    if isinstance(value, torch.nn.Module):
+        if source is not None:
+            guards.add(Guard("id", source, value))
+            guards.add(Guard("training", source, value.training))
+        return Var("module", value, source=source)
+    if isinstance(value, types.FunctionType):
+        # The code is what the trace inlined; defaults and closure contents are guarded
+        # through their own sources when read, so a fresh function object with the same
+        # code (a nested def run again) still hits the cache.
+        if source is not None:
+            guards.add(Guard("type", source, types.FunctionType))
+            guards.add(Guard("id", source.attr("__code__"), value.__code__))
+        return Var("function", value, source=source)
+    if callable(value) or isinstance(value, types.ModuleType):
+        if source is not None:
+            guards.add(Guard("id", source, value))
+        return Var("callable", value, source=source)
+    if source is not None:
+        guards.add(Guard("type", source, ty))
+    return Var("object", value, source=source)
+

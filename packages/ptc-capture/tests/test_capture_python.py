@@ -1,0 +1,260 @@
+"""Python constructs around tensors trace to one graph with eager's results."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ptc_capture_testing import CountingBackend, needs_hook
+
+import ptc_capture
+from ptc_capture.capture import capture_function
+from ptc_spec.testing import compare_with_eager
+
+
+class Config:
+    def __init__(self) -> None:
+        self.width = 3
+        self.act = "relu"
+
+
+CFG = Config()
+TABLE = {"relu": torch.relu, "tanh": torch.tanh}
+
+
+def scaled(t, factor=2.0, *, shift=0.0):
+    return t * factor + shift
+
+
+class Scaler:
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def apply(self, t):
+        return t * self.k
+
+
+SCALER = Scaler(1.5)
+
+
+def _generator_sum(x):
+    return sum(t * 2 for t in [x, x + 1])
+
+
+def _iterate_tensor(x):
+    out = x[0] * 0
+    for row in x:
+        out = out + row
+    return out
+
+
+def _unpack_tensor(x):
+    a, b = x[:2]
+    return a * b
+
+
+def _defaults_and_kwonly(x):
+    return scaled(x) + scaled(x, 3.0, shift=1.0)
+
+
+def _lambda(x):
+    f = lambda t: t + 1  # noqa: E731
+    return f(f(x))
+
+
+def _dict_comprehension(x):
+    d = {i: x * i for i in range(3)}
+    return d[2] - d[1]
+
+
+def _ternary_and_bool_ops(x):
+    k = 2 if x.shape[0] > 1 else 3
+    ok = x.dim() == 2 and not x.requires_grad or False
+    return x * k if ok else x
+
+
+def _chained_compare(x):
+    n = x.shape[-1]
+    if 0 < n <= 10:
+        return x + n
+    return x
+
+
+def _while_break(x):
+    i = 0
+    while True:
+        x = x * 1.1
+        i += 1
+        if i >= 3:
+            break
+    return x
+
+
+def _nested_loops(x):
+    out = x
+    for i in range(2):
+        for j in range(2):
+            out = out + i * j
+    return out
+
+
+def _config_object(x):
+    out = x
+    for _ in range(CFG.width):
+        out = TABLE[CFG.act](out - 0.1)
+    return out
+
+
+def _object_method(x):
+    return SCALER.apply(x) + 1
+
+
+def _string_ops(x):
+    key = "{}_{}".format("a", x.dim())
+    parts = "a_b".split("_")
+    return x * len(key) + len(parts)
+
+
+def _size_ops(x):
+    shape = x.shape
+    new = shape[:-1] + (shape[-1] // 2, 2)
+    return x.reshape(new).sum(-1)
+
+
+def _list_slicing(x):
+    items = [x, x * 2, x * 3, x * 4]
+    return sum(items[1::2]) - items[-1]
+
+
+def _math_fold(x):
+    return x * math.sqrt(x.shape[0]) + math.floor(2.7)
+
+
+def _functional(x):
+    return F.softmax(F.linear(x, torch.ones(4, x.shape[-1])), dim=-1)
+
+
+def _max_min_tensors(x):
+    return torch.maximum(x, torch.zeros_like(x)) + torch.clamp(x, min=-0.5, max=0.5)
+
+
+def _reductions(x):
+    values, indices = x.max(dim=1)
+    return values + indices.float() + x.mean() + x.std()
+
+
+def _star_args(x):
+    shape = (x.shape[0], -1)
+    return x.view(*shape)
+
+
+def _kwargs_dict(x):
+    kw = {"dim": 0, "keepdim": True}
+    return x.sum(**kw)
+
+
+def _tuple_compare(x):
+    if x.shape == (2, 4):
+        return x + 1
+    return x - 1
+
+
+def _zip_enumerate_dict(x):
+    names = ["a", "b"]
+    out = {}
+    for i, name in enumerate(names):
+        out[name] = x * (i + 1)
+    return out["a"] + out["b"]
+
+
+def _is_none_default(x, bias=None):
+    if bias is not None:
+        x = x + bias
+    return x * 2
+
+
+def _closure_counter(x):
+    scale = [1.0]
+
+    def bump():
+        scale[0] = scale[0] * 2
+        return scale[0]
+
+    bump()
+    return x * bump()
+
+
+def _any_all(x):
+    flags = [d > 1 for d in x.shape]
+    return x * (2 if all(flags) else 1) + (1 if any(flags) else 0)
+
+
+def _dtype_ops(x):
+    y = x.to(torch.float64)
+    z = y.type(torch.float32)
+    return z + x.new_ones(x.shape) + torch.zeros(x.shape, dtype=x.dtype)
+
+
+def _where_masked(x):
+    mask = x > 0
+    return torch.where(mask, x, x * 0.1) + x.masked_fill(~mask, 0.0)
+
+
+def _inplace_ops_chain(x):
+    y = x.clone()
+    y.mul_(2).add_(1)
+    y[y > 0] = 0.0
+    return y
+
+
+def _local_import(x):
+    import math as m
+
+    from torch.nn import functional as fn
+
+    return fn.relu(x) * m.e
+
+
+def _no_grad_fn(x):
+    with torch.no_grad():
+        y = x * 2
+    with torch.enable_grad():
+        z = x + 1
+    return y + z
+
+
+CASES = [
+    _generator_sum, _iterate_tensor, _unpack_tensor, _defaults_and_kwonly, _lambda,
+    _dict_comprehension, _ternary_and_bool_ops, _chained_compare, _while_break, _nested_loops,
+    _config_object, _object_method, _string_ops, _size_ops, _list_slicing, _math_fold,
+    _functional, _max_min_tensors, _reductions, _star_args, _kwargs_dict,
+    _tuple_compare, _zip_enumerate_dict, _is_none_default, _closure_counter, _any_all,
+    _dtype_ops, _where_masked, _inplace_ops_chain, _no_grad_fn, _local_import,
+]  # fmt: skip
+
+
+@needs_hook
+@pytest.mark.parametrize("fn", CASES, ids=[c.__name__.strip("_") for c in CASES])
+@pytest.mark.parametrize("shape", [(2, 4), (3, 4)], ids=["2x4", "3x4"])
+def test_python_construct_matches_eager(fn, shape):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(fn)
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(2))
+    compare_with_eager(compiled, fn, x)
+    compare_with_eager(compiled, fn, x)
+    assert backend.count == 1
+
+
+@pytest.mark.parametrize("fn", CASES, ids=[c.__name__.strip("_") for c in CASES])
+def test_python_construct_needs_no_break(fn):
+    capture = capture_function(fn, torch.randn(2, 4))
+    assert capture.breaks == [], capture.breaks
+    assert capture.graph is not None
+
+
+@needs_hook
+def test_requires_grad_input_backward():
+    compiled = ptc_capture.optimize("eager")(_no_grad_fn)
+    compare_with_eager(compiled, _no_grad_fn, torch.randn(2, 3, requires_grad=True), grads=True)

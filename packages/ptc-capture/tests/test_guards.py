@@ -1,0 +1,84 @@
+"""The compiled guard function accepts exactly the values the trace assumed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ptc_capture.guards import Guard, Source, compile_guards, source_expr
+
+X = Source("local", "x")
+
+
+def _tensor_guard(t: torch.Tensor) -> Guard:
+    return Guard("tensor", X, (type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad))
+
+
+BASE = torch.zeros(2, 3)
+
+
+@pytest.mark.parametrize(
+    "other,ok",
+    [
+        (torch.ones(2, 3), True),
+        (torch.zeros(3, 2), False),
+        (torch.zeros(2, 3, dtype=torch.float64), False),
+        (torch.zeros(3, 2).t(), False),
+        (torch.zeros(2, 3, requires_grad=True), False),
+        (torch.zeros(2, 3, device="meta"), False),
+        (torch.nn.Parameter(torch.zeros(2, 3)), False),
+        (torch.zeros(6), False),
+        ("not a tensor", False),
+    ],
+    ids=["same", "shape", "dtype", "stride", "requires_grad", "device", "subclass", "rank", "type"],
+)
+def test_tensor_guard(other, ok):
+    check = compile_guards([_tensor_guard(BASE)])
+    assert check({"x": other}, {}, {}, ()) is ok
+
+
+@pytest.mark.parametrize(
+    "guard,value,ok",
+    [
+        (Guard("const", X, 3), 3, True),
+        (Guard("const", X, 3), 3.0, False),
+        (Guard("const", X, True), 1, False),
+        (Guard("const", X, None), None, True),
+        (Guard("const", X, float("nan")), float("nan"), True),
+        (Guard("const", X, "a"), "b", False),
+        (Guard("len", X, (list, 2)), [1, 2], True),
+        (Guard("len", X, (list, 2)), (1, 2), False),
+        (Guard("keys", X, (dict, ("a", "b"))), {"a": 1, "b": 2}, True),
+        (Guard("keys", X, (dict, ("a", "b"))), {"b": 1, "a": 2}, False),
+        (Guard("type", X, int), 5, True),
+        (Guard("id", X, len), len, True),
+        (Guard("id", X, len), abs, False),
+    ],
+)
+def test_python_guards(guard, value, ok):
+    assert compile_guards([guard])({"x": value}, {}, {}, ()) is ok
+
+
+def test_missing_source_is_a_miss_not_an_error():
+    guard = Guard("const", Source("attr", "missing", X), 1)
+    assert compile_guards([guard])({"x": object()}, {}, {}, ()) is False
+
+
+def test_global_absent_and_builtin_guards():
+    guards = [Guard("absent", None, "len"), Guard("id", Source("builtin", "len"), len)]
+    check = compile_guards(guards)
+    assert check({}, {}, {"len": len}, ())
+    assert not check({}, {"len": abs}, {"len": len}, ())
+
+
+def test_closure_and_nested_sources_render():
+    source = Source("closure", 0).attr("weight").item("k")
+    assert source_expr(source) == "C[0].cell_contents.weight['k']"
+    assert source_expr(X.attr("a"), {"x": "_a0"}) == "_a0.a"
+
+
+def test_grad_mode_guard():
+    check = compile_guards([Guard("grad_mode", None, True)])
+    assert check({}, {}, {}, ())
+    with torch.no_grad():
+        assert not check({}, {}, {}, ())

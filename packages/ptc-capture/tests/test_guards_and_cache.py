@@ -1,0 +1,202 @@
+"""Guards: every assumption is checked on each call; a miss recompiles up to the limit."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import pytest
+import torch
+from ptc_capture_testing import CountingBackend, needs_hook
+
+import ptc_capture
+from ptc_capture import framehook
+from ptc_capture.cache import cache_of
+from ptc_capture.config import set_config
+from ptc_spec.testing import compare_with_eager
+
+pytestmark = needs_hook
+
+FACTOR = 2.0
+
+
+def _uses_global(x):
+    return x * FACTOR
+
+
+def _plain(x):
+    return x.sin() + 1
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        (torch.randn(3, 4), torch.randn(5, 4)),
+        (torch.randn(3, 4), torch.randn(3, 4, dtype=torch.float64)),
+        (torch.randn(3, 4), torch.randn(4, 3).t()),
+        (torch.randn(3, 4), torch.randn(3, 4).requires_grad_()),
+        (torch.randn(3, 4), torch.randn(3)),
+    ],
+    ids=["shape", "dtype", "stride", "requires_grad", "rank"],
+)
+def test_tensor_change_recompiles_with_correct_result(first, second):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_plain)
+    compare_with_eager(compiled, _plain, first)
+    compare_with_eager(compiled, _plain, second)
+    assert backend.count == 2
+    compare_with_eager(compiled, _plain, first)
+    compare_with_eager(compiled, _plain, second)
+    assert backend.count == 2
+
+
+def test_global_change_recompiles():
+    global FACTOR
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_uses_global)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * 2.0)
+    FACTOR = 3.0
+    try:
+        torch.testing.assert_close(compiled(x), x * 3.0)
+    finally:
+        FACTOR = 2.0
+    assert backend.count == 2
+
+
+@pytest.mark.parametrize("values", [(1, 2), (True, False), ("a", "b"), (None, 1.5), (2.0, 3.0)])
+def test_python_argument_change_recompiles(values):
+    def fn(x, k):
+        if k is None or isinstance(k, str):
+            return x + 1
+        return x * k
+
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(fn)
+    x = torch.randn(3)
+    for value in values:
+        compare_with_eager(compiled, fn, x, value)
+    assert backend.count == 2
+    for value in values:
+        compare_with_eager(compiled, fn, x, value)
+    assert backend.count == 2
+
+
+class Scaler(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 2
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_module_attribute_change_recompiles():
+    module = Scaler()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(module)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(compiled(x), module(x))
+    module.scale = 5
+    torch.testing.assert_close(compiled(x), module(x))
+    assert backend.count == 2
+
+
+def test_training_flag_is_guarded():
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(module)
+    x = torch.randn(8, 4)
+    module.eval()
+    torch.testing.assert_close(compiled(x), module(x))
+    module.train()
+    torch.manual_seed(0)
+    out = compiled(x)
+    assert (out == 0).any(), "dropout must be active in training mode"
+    assert backend.count == 2
+
+
+def test_recompile_limit_warns_once_then_runs_eagerly():
+    def fn(x, n):
+        return x + n
+
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(fn)
+    previous = set_config(recompile_limit=3)
+    try:
+        x = torch.randn(2)
+        for n in range(3):
+            compare_with_eager(compiled, fn, x, n)
+        with pytest.warns(RuntimeWarning, match="recompile limit of 3"):
+            compare_with_eager(compiled, fn, x, 10)
+        compare_with_eager(compiled, fn, x, 11)
+        assert backend.count == 3
+    finally:
+        set_config(previous)
+
+
+def test_cache_entry_freed_when_function_dies():
+    backend = CountingBackend()
+
+    namespace: dict = {}
+    # A code object built by exec dies with its function (a nested def's code would live on
+    # in the enclosing function's constants).
+    exec(compile("def fn(x):\n    return x * 3\n", __file__, "exec"), namespace)
+    fn = namespace.pop("fn")
+    compiled = ptc_capture.optimize(backend)(fn)
+    compiled(torch.randn(2))
+    cache = cache_of(fn.__code__)
+    assert cache is not None and len(cache.entries) == 1
+    cache_ref = weakref.ref(cache)
+    code_ref = weakref.ref(fn.__code__)
+    del fn, compiled, cache
+    gc.collect()
+    assert code_ref() is None
+    assert cache_ref() is None
+
+
+def test_threads_share_compiled_function():
+    backend = CountingBackend()
+
+    def fn(x, y):
+        return (x * y).relu() + 1
+
+    compiled = ptc_capture.optimize(backend)(fn)
+    compiled(torch.ones(4), torch.ones(4))
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        try:
+            for _ in range(50):
+                x, y = torch.randn(4, generator=gen), torch.randn(4, generator=gen)
+                torch.testing.assert_close(compiled(x, y), fn(x, y))
+        except BaseException as exc:  # collected and re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert backend.count == 1
+    assert framehook.get_callback() is None
+
+
+def test_reset_forgets_entries():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_plain)
+    compiled(torch.randn(2))
+    ptc_capture.reset()
+    compiled(torch.randn(2))
+    assert backend.count == 2
+
+
+def test_guards_are_listed_by_explain():
+    report = ptc_capture.explain(_uses_global)(torch.randn(3))
+    text = str(report)
+    assert "TENSOR: L['x']" in text
+    assert "CONST: G['FACTOR']" in text
