@@ -1,0 +1,282 @@
+# torch.ops overloads are untyped, so every aten call returns Any.
+"""decompose: rewrite an aten-dialect graph into a core-dialect one by re-tracing it.
+
+Every node is replayed through a ptc_spec Tracer. Core ops are recorded as they are; any
+other op runs its decomposition on the traced tensors with a dispatch mode active, so the
+aten calls inside are recorded too, and those outside the target set are decomposed in turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ptc_spec import META_KEY, OpSet, TensorMeta, check, dialect_of, opset, overload_name, roundtrip, set_dialect
+from ptc_spec.errors import DialectError
+from ptc_spec.tracer import TracedTensor, Tracer, finish
+
+from .config import Config, config_from_env
+from .errors import DecompositionError, InPlaceOpError, NoDecompositionError, WrongDialectError
+from .registry import Decomposition
+from .registry import table as default_table
+
+log = logging.getLogger("ptc.decomp.rewrite")
+aten = torch.ops.aten
+
+SOURCE_KEY = "ptc_decomp_source"
+"""``node.meta`` key naming the overload a node was decomposed from."""
+
+KEPT_KEY = "ptc_decomp_kept"
+"""``GraphModule.meta`` key listing the ops a caller's table chose to keep undecomposed."""
+
+# Their schemas mark running statistics as written, but they only write them in training
+# mode; the decompositions raise InPlaceOpError when the write would really happen.
+_CONDITIONALLY_MUTABLE = frozenset({aten.native_batch_norm.default})
+
+
+class _Mode(TorchDispatchMode):
+    """Sends every ATen call made inside a decomposition back to the rewriter."""
+
+    def __init__(self, rewriter: _Rewriter) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.rewriter = rewriter
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return self.rewriter.dispatch(func, tuple(args), dict(kwargs or {}))
+
+
+class _Rewriter(Tracer):
+    """A Tracer that records core ops and expands every other op through its decomposition."""
+
+    def __init__(self, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any], config: Config) -> None:
+        super().__init__()
+        self.ops = ops
+        self.decompositions = decompositions
+        self.keep = keep
+        self.config = config
+        self.stack: list[Any] = []
+
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Record ``func`` if it is in the target set, else trace its decomposition."""
+        if not isinstance(func, torch._ops.OpOverload) or self.ops.in_set(func) or func in self.keep:
+            return super().dispatch(func, args, kwargs)
+        fn = self.decompositions.get(func)
+        if fn is None:
+            chain = " -> ".join(overload_name(f) for f in self.stack)
+            raise DecompositionError(
+                f"the decomposition of {chain} emitted {overload_name(func)}, which is not in {self.ops.name}"
+                " and has no decomposition; decompose it into core ops instead"
+            )
+        if len(self.stack) >= self.config.max_depth:
+            chain = " -> ".join(overload_name(f) for f in self.stack[-6:])
+            raise DecompositionError(f"decompositions nest deeper than {self.config.max_depth} levels ({chain}); one of them calls itself")
+        self.stack.append(func)
+        try:
+            with _Mode(self):
+                return fn(*args, **kwargs)
+        finally:
+            self.stack.pop()
+
+
+def decompose(
+    gm: torch.fx.GraphModule,
+    target: str = "core/1",
+    table: Mapping[Any, Decomposition] | None = None,
+    *,
+    config: Config | None = None,
+) -> torch.fx.GraphModule:
+    """Return a new GraphModule computing ``gm`` with only ops of ``target`` (plus ops a custom ``table`` leaves out).
+
+    ``table`` defaults to ``ptc_decomp.table(target)``; an op its default table decomposes but a
+    caller's table omits is kept as it is, and the result is then recorded as an aten graph.
+    """
+    config = config or config_from_env()
+    ops = opset(target)
+    _require_aten(gm)
+    if config.check_boundaries:
+        gm = roundtrip(gm)
+    full = default_table(target)
+    decompositions = full if table is None else dict(table)
+    keep = frozenset(op for op in full if op not in decompositions)
+    _reject(gm, ops, decompositions, keep)
+    rewriter = _Rewriter(ops, decompositions, keep, config)
+    with torch.no_grad():
+        result = _replay(gm, rewriter)
+    out = finish(rewriter, result, "aten")
+    out.meta.update({k: v for k, v in gm.meta.items() if k not in ("ptc_dialect", KEPT_KEY)})
+    kept = sorted({overload_name(n.target) for n in out.graph.nodes if n.op == "call_function" and n.target in keep})
+    if kept:
+        out.meta[KEPT_KEY] = kept
+        log.info("kept %d op(s) outside %s at the caller's request: %s", len(kept), target, ", ".join(kept))
+        return out
+    set_dialect(out, target)
+    check(out, target)
+    log.debug("decomposed %d nodes into %d", len(gm.graph.nodes), len(out.graph.nodes))
+    return out
+
+
+def _require_aten(gm: torch.fx.GraphModule) -> None:
+    found = dialect_of(gm)
+    if found == "aten" or (found is not None and found.startswith("core/")):
+        return
+    if found is None:
+        try:
+            check(gm, "aten")
+        except DialectError as exc:
+            raise WrongDialectError(
+                f"decompose needs an aten-dialect graph, but this graph records no dialect and is not aten ({exc})"
+            ) from exc
+        return
+    raise WrongDialectError(
+        f"decompose needs an aten-dialect graph, but this graph is in the {found} dialect;"
+        " trace it to aten first (ptc_aot or ptc_spec.trace)"
+    )
+
+
+def _summary(labels: Iterable[str]) -> str:
+    return ", ".join(f"{label} (x{n})" if n > 1 else label for label, n in sorted(Counter(labels).items()))
+
+
+def _reject(gm: torch.fx.GraphModule, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any]) -> None:
+    mutating: list[str] = []
+    missing: list[str] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        name = overload_name(node.target)
+        if node.target._schema.is_mutable and node.target not in _CONDITIONALLY_MUTABLE:
+            mutating.append(f"{name} at node {node.name}")
+        elif not ops.in_set(node.target) and node.target not in decompositions and node.target not in keep:
+            missing.append(name)
+    if mutating:
+        raise InPlaceOpError(
+            f"decompose takes functional graphs, but {len(mutating)} node(s) mutate a tensor: "
+            f"{', '.join(mutating)}; functionalize the graph first (ptc_aot does)"
+        )
+    if missing:
+        raise NoDecompositionError(
+            f"{len(missing)} node(s) use ops that are not in {ops.name} and have no decomposition: "
+            f"{_summary(missing)}; register one with @ptc_decomp.register_decomposition"
+        )
+
+
+def _replay(gm: torch.fx.GraphModule, rewriter: _Rewriter) -> Any:
+    env: dict[torch.fx.Node, Any] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = rewriter.placeholder(node.name, node.meta[META_KEY])
+        elif node.op == "get_attr":
+            env[node] = rewriter.constant(_attribute(gm, str(node.target)))
+        elif node.op == "call_function":
+            env[node] = _replay_call(node, env, rewriter)
+        elif node.op == "output":
+            return torch.fx.map_arg(node.args[0], lambda n: env[n])
+        else:
+            raise WrongDialectError(f"node {node.name} is a {node.op}, which aten graphs do not have; trace the graph to aten first")
+    raise WrongDialectError("the graph has no output node")
+
+
+def _attribute(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _replay_call(node: torch.fx.Node, env: dict[torch.fx.Node, Any], rewriter: _Rewriter) -> Any:
+    args = torch.fx.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.map_arg(node.kwargs, lambda n: env[n])
+    if not isinstance(node.target, torch._ops.OpOverload):
+        # operator.getitem on multi-output ops and arithmetic on (concrete) sizes.
+        return node.target(*args, **kwargs)  # type: ignore[operator]
+    last = next(reversed(rewriter.graph.nodes), None)
+    decomposed = not rewriter.ops.in_set(node.target) and node.target not in rewriter.keep
+    try:
+        result = rewriter.dispatch(node.target, tuple(args), dict(kwargs))
+    except (DecompositionError, InPlaceOpError):
+        raise
+    except Exception as exc:
+        raise DecompositionError(f"decomposing node {node.name} ({overload_name(node.target)}) failed: {exc}") from exc
+    if decomposed:
+        result = _match_metadata(node, result, rewriter)
+    _annotate(node, last, rewriter.graph, decomposed)
+    return result
+
+
+def _match_metadata(node: torch.fx.Node, result: Any, rewriter: _Rewriter) -> Any:
+    expected = node.meta.get(META_KEY)
+    if expected is None:
+        return result
+    if isinstance(expected, TensorMeta):
+        return _match_tensor(node, result, expected, rewriter)
+    if isinstance(expected, (tuple, list)) and isinstance(result, (tuple, list)) and len(expected) == len(result):
+        items = [_match_tensor(node, r, e, rewriter) if isinstance(e, TensorMeta) else r for r, e in zip(result, expected)]
+        return type(result)(items) if isinstance(result, tuple) else items
+    raise DecompositionError(f"the decomposition of node {node.name} ({overload_name(node.target)}) returned {_describe(result)}, expected {_describe(expected)}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"{len(value)} values"
+    return type(value).__name__
+
+
+def _match_tensor(node: torch.fx.Node, value: Any, expected: TensorMeta, rewriter: _Rewriter) -> Any:
+    if not isinstance(value, TracedTensor):
+        raise DecompositionError(f"the decomposition of node {node.name} ({overload_name(node.target)}) returned {_describe(value)}, expected a tensor")
+    if tuple(value.shape) != expected.shape or value.dtype != expected.dtype:
+        raise DecompositionError(
+            f"the decomposition of node {node.name} ({overload_name(node.target)}) returned shape {tuple(value.shape)}"
+            f" {value.dtype}, but the op gives {expected.shape} {expected.dtype}; the decomposition is wrong"
+        )
+    if not rewriter.config.restride or _same_layout(value, expected):
+        return value
+    return _restride(value, expected, rewriter)
+
+
+def _same_layout(value: torch.Tensor, expected: TensorMeta) -> bool:
+    if value.numel() <= 1:
+        return True
+    return all(size == 1 or a == b for size, a, b in zip(value.shape, value.stride(), expected.stride))
+
+
+def _is_dense(meta: TensorMeta) -> bool:
+    # Non-overlapping and dense: sorting dims by stride gives contiguous strides of that order.
+    dims = sorted((s, sz) for s, sz in zip(meta.stride, meta.shape) if sz != 1)
+    running = 1
+    for stride, size in dims:
+        if stride != running:
+            return False
+        running *= size
+    return True
+
+
+def _restride(value: TracedTensor, expected: TensorMeta, rewriter: _Rewriter) -> Any:
+    if not all(isinstance(s, int) for s in (*expected.shape, *expected.stride)) or not _is_dense(expected):
+        log.debug("cannot restride to %s", expected.stride)
+        return value
+    shape, stride = list(expected.shape), list(expected.stride)
+    with _Mode(rewriter):
+        if expected.is_contiguous():
+            return aten.clone.default(value, memory_format=torch.contiguous_format)
+        buffer = aten.empty_strided.default(shape, stride, dtype=value.dtype, device=value.device)
+        return aten.as_strided_scatter.default(buffer, value, shape, stride, 0)
+
+
+def _annotate(node: torch.fx.Node, last: torch.fx.Node | None, graph: torch.fx.Graph, decomposed: bool) -> None:
+    """Copy the source node's metadata (stack trace, module path...) onto every node made for it."""
+    inherited = {k: v for k, v in node.meta.items() if k != META_KEY}
+    current = last.next if last is not None else next(iter(graph.nodes), None)
+    while current is not None and current.op != "root":
+        for key, value in inherited.items():
+            current.meta.setdefault(key, value)
+        if decomposed:
+            current.meta.setdefault(SOURCE_KEY, overload_name(node.target))
+        current = current.next
+

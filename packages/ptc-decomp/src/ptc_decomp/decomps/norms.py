@@ -1,0 +1,229 @@
+"""Normalization layers (layer, group and batch norm, forward) with eager's saved statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..dims import reduction_dims, reshape
+from ..errors import InPlaceOpError
+from ..promotion import cast, upcast
+from ..registry import register_decomposition
+
+aten = torch.ops.aten
+
+
+def moments(x: torch.Tensor, dims: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, biased variance) of an opmath tensor over ``dims``, both kept as size-1 dims."""
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    mean = aten.div.Tensor(aten.sum.dim_IntList(x, dims, True), n)
+    diff = aten.sub.Tensor(x, mean)
+    var = aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(diff, diff), dims, True), n)
+    return mean, var
+
+
+def _affine(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, shape: Sequence[int]) -> torch.Tensor:
+    if weight is not None:
+        x = aten.mul.Tensor(x, aten.view.default(upcast(weight), list(shape)) if list(weight.shape) != list(shape) else upcast(weight))
+    if bias is not None:
+        x = aten.add.Tensor(x, aten.view.default(upcast(bias), list(shape)) if list(bias.shape) != list(shape) else upcast(bias))
+    return x
+
+
+@register_decomposition(aten.native_layer_norm.default)
+def native_layer_norm(
+    input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, mean, rstd) of layer norm over the trailing ``normalized_shape`` dims."""
+    axis = input.dim() - len(normalized_shape)
+    dims = list(range(axis, input.dim()))
+    x = upcast(input)
+    mean, var = moments(x, dims)
+    rstd = aten.rsqrt.default(aten.add.Tensor(var, eps))
+    out = _affine(aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd), weight, bias, list(normalized_shape))
+    return cast(out, input.dtype), cast(mean, input.dtype), cast(rstd, input.dtype)
+
+
+@register_decomposition(aten.native_group_norm.default)
+def native_group_norm(
+    input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, N: int, C: int, HxW: int, group: int, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, mean[N, group], rstd[N, group]) of group norm."""
+    x = reshape(upcast(input), [N, group, (C // group) * HxW])
+    mean, var = moments(x, [2])
+    rstd = aten.rsqrt.default(aten.add.Tensor(var, eps))
+    normalized = reshape(aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd), [N, C, HxW])
+    out = reshape(_affine(normalized, weight, bias, [1, C, 1]), list(input.shape))
+    stats_shape = [N, group]
+    return cast(out, input.dtype), cast(aten.view.default(mean, stats_shape), input.dtype), cast(aten.view.default(rstd, stats_shape), input.dtype)
+
+
+def _channel_shape(x: torch.Tensor) -> list[int]:
+    return [1, x.shape[1]] + [1] * (x.dim() - 2)
+
+
+def _batch_norm(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(out, save_mean, save_rstd, new_running_mean, new_running_var) as eager's functional batch norm."""
+    stats_dtype = running_mean.dtype if running_mean is not None else input.dtype
+    shape = _channel_shape(input)
+    x = upcast(input)
+    if training:
+        dims = reduction_dims([0, *range(2, input.dim())], input.dim())
+        mean, var = moments(x, dims)
+        rstd = aten.rsqrt.default(aten.add.Tensor(var, eps))
+        out = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
+        save_mean, save_rstd = aten.squeeze.dims(mean, dims), aten.squeeze.dims(rstd, dims)
+        new_mean = new_var = None
+        if running_mean is not None and running_var is not None:
+            n = input.numel() // input.shape[1]
+            unbiased = aten.mul.Tensor(aten.squeeze.dims(var, dims), n / max(n - 1, 1))
+            new_mean = cast(aten.add.Tensor(aten.mul.Tensor(upcast(running_mean), 1 - momentum), aten.mul.Tensor(save_mean, momentum)), running_mean.dtype)
+            new_var = cast(aten.add.Tensor(aten.mul.Tensor(upcast(running_var), 1 - momentum), aten.mul.Tensor(unbiased, momentum)), running_var.dtype)
+        save_mean, save_rstd = cast(save_mean, stats_dtype), cast(save_rstd, stats_dtype)
+    else:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("batch norm in eval mode needs running_mean and running_var")
+        rstd = aten.rsqrt.default(aten.add.Tensor(upcast(running_var), eps))
+        out = aten.mul.Tensor(aten.sub.Tensor(x, aten.view.default(upcast(running_mean), shape)), aten.view.default(rstd, shape))
+        # Nothing reads the saved statistics in eval mode. Eager's CPU kernel returns empty
+        # tensors, but the meta kernel (hence every traced graph's metadata) says (C,), so
+        # match the graph and save the statistics actually used.
+        save_mean, save_rstd = cast(upcast(running_mean), stats_dtype), cast(rstd, stats_dtype)
+        new_mean, new_var = running_mean, running_var
+    out = _affine(out, weight, bias, shape)
+    return cast(out, input.dtype), save_mean, save_rstd, new_mean, new_var
+
+
+@register_decomposition(aten.native_batch_norm.default)
+def native_batch_norm(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, save_mean, save_rstd); only when it would not update running statistics in place."""
+    if training and running_mean is not None:
+        raise InPlaceOpError(
+            "native_batch_norm in training mode updates running_mean/running_var in place;"
+            " functionalize the graph first (it becomes _native_batch_norm_legit_functional)"
+        )
+    out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return out, save_mean, save_rstd
+
+
+@register_decomposition(aten._native_batch_norm_legit_functional.default)
+def native_batch_norm_functional(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(out, save_mean, save_rstd, new_running_mean, new_running_var)."""
+    out, save_mean, save_rstd, new_mean, new_var = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if new_mean is None or new_var is None or not training:
+        # Eval mode hands the running statistics back unchanged, as fresh tensors.
+        new_mean, new_var = aten.clone.default(running_mean), aten.clone.default(running_var)
+    return out, save_mean, save_rstd, new_mean, new_var
+
+
+@register_decomposition(aten._native_batch_norm_legit_no_training.default)
+def native_batch_norm_no_training(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eval-mode batch norm: (out, empty, empty)."""
+    out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps)
+    return out, save_mean, save_rstd
+
+
+@register_decomposition(aten._native_batch_norm_legit.no_stats)
+def native_batch_norm_no_stats(
+    input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, training: bool, momentum: float, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Batch norm without running statistics (always normalizes by batch statistics)."""
+    out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, None, None, True, momentum, eps)
+    return out, save_mean, save_rstd
+
+
+@register_decomposition(aten._batch_norm_no_update.default)
+def batch_norm_no_update(
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eval-mode batch norm: (out, mean, rstd, empty reserve), or batch statistics without running ones."""
+    if running_mean is None or running_var is None:
+        out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, None, None, True, momentum, eps)
+        return out, save_mean, save_rstd, aten.empty.memory_format([0], dtype=torch.uint8, device=input.device)
+    # Like native_batch_norm in eval mode: (C,) statistics as the meta kernel records them.
+    out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps)
+    reserve = aten.empty.memory_format([0], dtype=torch.uint8, device=input.device)
+    return out, save_mean, save_rstd, reserve
+
+
+@register_decomposition(aten.cudnn_batch_norm.default)
+def cudnn_batch_norm(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    training: bool,
+    exponential_average_factor: float,
+    epsilon: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """cuDNN's batch norm: (out, save_mean, save_rstd, reserve); refused where it would update running stats."""
+    if training and running_mean is not None:
+        # Its schema does not mark the running statistics as written, but the kernel writes them.
+        raise InPlaceOpError(
+            "cudnn_batch_norm in training mode updates running_mean/running_var in place;"
+            " functionalize the graph first (it becomes _native_batch_norm_legit_functional)"
+        )
+    out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon)
+    return out, save_mean, save_rstd, aten.empty.memory_format([0], dtype=torch.uint8, device=input.device)
+
+
+@register_decomposition(aten._fused_rms_norm.default)
+def fused_rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None, eps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x * rsqrt(mean(x**2) + eps) * weight, rstd in float32 for reduced floats); eps defaults to the dtype's epsilon."""
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    x = upcast(input)
+    n = 1
+    for d in dims:
+        n *= input.shape[d]
+    mean_square = aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(x, x), dims, True), n)
+    epsilon = torch.finfo(input.dtype).eps if eps is None else eps
+    rstd = aten.rsqrt.default(aten.add.Tensor(mean_square, epsilon))
+    out = aten.mul.Tensor(x, rstd)
+    if weight is not None:
+        out = aten.mul.Tensor(out, upcast(weight))
+    return cast(out, input.dtype), rstd

@@ -1,0 +1,183 @@
+"""decompose() on real layers' aten graphs (fixtures), on hand-built graphs, and on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ptc_spec
+from ptc_decomp import (
+    KEPT_KEY,
+    SOURCE_KEY,
+    Config,
+    DecompositionError,
+    InPlaceOpError,
+    NoDecompositionError,
+    WrongDialectError,
+    decompose,
+    table,
+)
+from ptc_spec import META_KEY, GraphBuilder, TensorMeta
+from ptc_spec.testing import assert_same
+
+aten = torch.ops.aten
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.ptcg"))
+
+
+def example_inputs(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
+    """Seeded inputs for a fixture graph (running variances made positive, as real ones are)."""
+    values = []
+    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        value = node.meta[META_KEY].example(seed=i)
+        if node.name.endswith("running_var"):
+            value = value.abs() + 0.5
+        values.append(value)
+    return values
+
+
+def test_fixtures_cover_every_model_family() -> None:
+    names = {p.stem.rsplit("_", 1)[0] for p in FIXTURES}
+    assert {"gpt2_sdpa", "gpt2_manual", "bert", "resnet", "vit", "convnext", "efficientnet"} <= names
+    assert len(FIXTURES) == 14
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
+def test_decomposed_fixture_is_core_and_matches_the_original(path: Path) -> None:
+    gm = ptc_spec.load(path)
+    assert ptc_spec.offending_nodes(gm, "core/1"), "the fixture should need decomposing"
+    out = decompose(gm)
+    ptc_spec.check(out, "core/1")
+    assert ptc_spec.dialect_of(out) == "core/1"
+    before = [n.meta[META_KEY] for n in gm.graph.nodes if n.op == "placeholder"]
+    after = [n.meta[META_KEY] for n in out.graph.nodes if n.op == "placeholder"]
+    assert before == after
+    assert all(META_KEY in n.meta for n in out.graph.nodes if n.op != "output")
+    inputs = example_inputs(gm)
+    torch.manual_seed(0)
+    expected = gm(*inputs)
+    torch.manual_seed(0)
+    actual = out(*inputs)
+    assert_same(actual, expected)
+
+
+def test_decomposed_graph_survives_serialization() -> None:
+    gm = ptc_spec.load(next(p for p in FIXTURES if p.stem == "resnet_train"))
+    out = decompose(gm)
+    again = ptc_spec.loads(ptc_spec.dumps(out))
+    ptc_spec.check(again, "core/1")
+    inputs = example_inputs(gm)
+    assert_same(again(*inputs), out(*inputs))
+
+
+def _gelu_graph() -> torch.fx.GraphModule:
+    return ptc_spec.trace(lambda x: F.gelu(x) * 2, TensorMeta.of((4, 8)))
+
+
+def test_new_nodes_record_their_source_op_and_inherit_metadata() -> None:
+    gm = _gelu_graph()
+    gelu = next(n for n in gm.graph.nodes if n.target is aten.gelu.default)
+    gelu.meta["stack_trace"] = "model.py:12"
+    out = decompose(gm)
+    made = [n for n in out.graph.nodes if n.meta.get(SOURCE_KEY) == "aten.gelu.default"]
+    assert {n.target for n in made} >= {aten.erf.default, aten.mul.Tensor}
+    assert all(n.meta["stack_trace"] == "model.py:12" for n in made)
+
+
+def test_a_table_without_gelu_keeps_gelu() -> None:
+    subset = {op: fn for op, fn in table("core/1").items() if op is not aten.gelu.default}
+    out = decompose(_gelu_graph(), table=subset)
+    targets = [n.target for n in out.graph.nodes if n.op == "call_function"]
+    assert aten.gelu.default in targets and aten.erf.default not in targets
+    assert out.meta[KEPT_KEY] == ["aten.gelu.default"]
+    assert ptc_spec.dialect_of(out) == "aten"
+
+
+def test_torch_dialect_graph_is_refused() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: torch.relu(x))
+    ptc_spec.set_dialect(gm, "torch")
+    with pytest.raises(WrongDialectError, match="needs an aten-dialect graph, but this graph is in the torch dialect"):
+        decompose(gm)
+
+
+def test_ops_without_decomposition_are_listed_together() -> None:
+    gm = ptc_spec.trace(lambda x: (torch.cholesky(x @ x.mT + torch.eye(3)), torch.linalg.qr(x)[0]), TensorMeta.of((3, 3)))
+    with pytest.raises(NoDecompositionError) as info:
+        decompose(gm)
+    message = str(info.value)
+    assert "not in core/1 and have no decomposition" in message
+    assert "aten.cholesky.default" in message and "aten.linalg_qr.default" in message
+
+
+def test_in_place_ops_are_refused() -> None:
+    gm = ptc_spec.trace(lambda x: x.clone().add_(1), TensorMeta.of((3,)))
+    with pytest.raises(InPlaceOpError, match=r"mutate a tensor: aten\.add_\.Tensor at node"):
+        decompose(gm)
+
+
+def test_training_batch_norm_with_running_stats_is_refused() -> None:
+    b = GraphBuilder("aten")
+    x = b.input("x", TensorMeta.of((2, 3, 4, 4)))
+    mean, var = b.input("mean", TensorMeta.of((3,))), b.input("var", TensorMeta.of((3,)))
+    out = b.call(aten.native_batch_norm.default, x, None, None, mean, var, True, 0.1, 1e-5)
+    b.output(out[0])
+    with pytest.raises(InPlaceOpError, match="updates running_mean/running_var in place"):
+        decompose(b.build())
+
+
+def test_a_wrong_decomposition_is_reported_with_its_node() -> None:
+    broken = dict(table("core/1"))
+    broken[aten.gelu.default] = lambda self, approximate="none": aten.sum.dim_IntList(self, None)
+    with pytest.raises(DecompositionError, match=r"returned shape \(\) torch.float32, but the op gives \(4, 8\)"):
+        decompose(_gelu_graph(), table=broken)
+
+
+def test_result_keeps_the_recorded_layout() -> None:
+    # zeros_like of a channels-last tensor is channels-last in eager; so must the rewrite be.
+    gm = ptc_spec.trace(lambda x: torch.zeros_like(x) + x, TensorMeta.of((2, 3, 4, 5)).replace(stride=(60, 1, 15, 3)))
+    out = decompose(gm)
+    node = next(n for n in out.graph.nodes if n.op == "call_function" and n.target is aten.add.Tensor)
+    assert node.meta[META_KEY].stride == (60, 1, 15, 3)
+
+
+def test_restride_copies_into_the_recorded_layout() -> None:
+    # A decomposition that returns a contiguous result where eager gives a transposed one.
+    gm = ptc_spec.trace(lambda x: torch.ops.aten.t.default(x) * 1, TensorMeta.of((3, 5)))
+    odd = dict(table("core/1"))
+    odd[aten.t.default] = lambda self: aten.clone.default(aten.permute.default(self, [1, 0]), memory_format=torch.contiguous_format)
+    out = decompose(gm, table=odd)
+    mul = next(n for n in out.graph.nodes if n.target is aten.mul.Tensor)
+    assert mul.meta[META_KEY].stride == (1, 5)
+    x = torch.randn(3, 5)
+    assert_same(out(x), gm(x), check_stride=True)
+    unstrided = decompose(gm, table=odd, config=Config(restride=False))
+    assert next(n for n in unstrided.graph.nodes if n.target is aten.mul.Tensor).meta[META_KEY].stride == (3, 1)
+
+
+def test_boundary_check_round_trips_the_input_first() -> None:
+    gm = ptc_spec.load(next(p for p in FIXTURES if p.stem == "convnext_eval"))
+    out = decompose(gm, config=Config(check_boundaries=True))
+    inputs = example_inputs(gm)
+    assert_same(out(*inputs), gm(*inputs))
+
+
+def test_already_core_graph_passes_through() -> None:
+    b = GraphBuilder("core/1")
+    x = b.input("x", TensorMeta.of((3, 4)))
+    b.output(b.call(aten.exp.default, x))
+    gm = b.build()
+    out = decompose(gm)
+    assert [n.target for n in out.graph.nodes if n.op == "call_function"] == [aten.exp.default]
+    assert ptc_spec.dialect_of(out) == "core/1"
+
+
+def test_tensor_constants_are_carried_over() -> None:
+    table_values = torch.tensor([[1.0, -2.0, 3.0]])
+    gm = ptc_spec.trace(lambda x: F.gelu(x * table_values), TensorMeta.of((2, 3)))
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    out = decompose(gm)
+    assert any(n.op == "get_attr" for n in out.graph.nodes)
+    x = torch.randn(2, 3)
+    assert_same(out(x), gm(x))
