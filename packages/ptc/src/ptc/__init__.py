@@ -1,0 +1,23 @@
+"""ptc: make unmodified PyTorch programs faster with ``model = ptc.compile(model)``."""
+
+from .api import MODES, compile, disable, explain, is_compiling, list_backends, reset
+from .errors import MissingComponentError, PtcError, UnknownOptionError
+from .logs import CHANNELS
+from .logs import enable as enable_logs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CHANNELS",
+    "MODES",
+    "MissingComponentError",
+    "PtcError",
+    "UnknownOptionError",
+    "compile",
+    "disable",
+    "enable_logs",
+    "explain",
+    "is_compiling",
+    "list_backends",
+    "reset",
+]

@@ -1,0 +1,91 @@
+"""The order of the stages, in one place: capture -> aot -> decomp -> inductor -> cudagraphs.
+
+Each stage is a separate package that talks to the next only through an FX graph; with
+``check_boundaries`` every handoff is round-tripped through ptc-spec's serialized form.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+import ptc_spec
+
+from .config import CompileOptions
+
+Compiled = Callable[..., Any]
+log = logging.getLogger("ptc.perf")
+
+
+@dataclass
+class CompileStats:
+    """What this process has compiled (the pipeline's one piece of mutable state)."""
+
+    graphs: int = 0
+    kernels: int = 0
+    seconds: float = 0.0
+
+    def reset(self) -> None:
+        """Start counting from zero."""
+        self.graphs, self.kernels, self.seconds = 0, 0, 0.0
+
+
+STATS = CompileStats()
+
+
+def handoff(gm: torch.fx.GraphModule, options: CompileOptions) -> torch.fx.GraphModule:
+    """Pass ``gm`` to the next stage, through the serialized form when boundaries are checked."""
+    return ptc_spec.roundtrip(gm) if options.check_boundaries else gm
+
+
+def compile_core(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions) -> Compiled:
+    """aten graph -> core/1 (ptc-decomp) -> kernels (ptc-inductor), optionally CUDA-graphed."""
+    import ptc_decomp
+    import ptc_inductor
+
+    start = time.perf_counter()
+    core = handoff(ptc_decomp.decompose(handoff(gm, options), target="core/1"), options)
+    compiled: Compiled = ptc_inductor.compile(core, debug_dir=options.debug_dir)
+    STATS.graphs += 1
+    STATS.kernels += int(getattr(compiled, "kernel_count", 0))
+    STATS.seconds += time.perf_counter() - start
+    log.info("decomposed and compiled a graph of %d nodes in %.1f ms", len(core.graph.nodes), (time.perf_counter() - start) * 1e3)
+    if options.cudagraphs and _all_cuda(example_inputs):
+        import ptc_cudagraphs
+
+        compiled = ptc_cudagraphs.cudagraphify(compiled, list(example_inputs))
+    return compiled
+
+
+def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions, inner: Callable[..., Compiled]) -> Compiled:
+    """torch graph -> forward/backward aten graphs (ptc-aot), each compiled by ``inner``."""
+    import ptc_aot
+
+    def stage(graph: torch.fx.GraphModule) -> Compiled:
+        return inner(graph, _placeholder_metas(graph), options)
+
+    compiled: Compiled = ptc_aot.aot(
+        handoff(gm, options), list(example_inputs), fw_compiler=stage, bw_compiler=stage, partition=options.partition,
+        dump_dir=options.debug_dir,
+    )
+    return compiled
+
+
+def _placeholder_metas(gm: torch.fx.GraphModule) -> list[Any]:
+    return [n.meta.get(ptc_spec.META_KEY) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def run_as_is(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions) -> Compiled:
+    """The aot_eager stage compiler: run the aten graph as it is."""
+    return handoff(gm, options)
+
+
+def _all_cuda(inputs: Sequence[Any]) -> bool:
+    devices = [x.device for x in inputs if isinstance(x, (torch.Tensor, ptc_spec.TensorMeta))]
+    return bool(devices) and all(d.type == "cuda" for d in devices)

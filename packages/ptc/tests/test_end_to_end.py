@@ -1,0 +1,105 @@
+"""End to end on CPU, every handoff round-tripped: inference, training, breaks, recompiles."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ptc
+from ptc_spec.testing import assert_same, compare_with_eager
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 4)
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.nn.functional.gelu(self.norm(self.fc1(x))))
+
+
+def _models() -> tuple[MLP, MLP]:
+    torch.manual_seed(0)
+    eager = MLP()
+    compiled = MLP()
+    compiled.load_state_dict(eager.state_dict())
+    return eager, compiled
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_inference_matches_eager(backend: str) -> None:
+    eager, model = _models()
+    compiled = ptc.compile(model, backend=backend)
+    with torch.no_grad():
+        x = torch.randn(8, 16)
+        assert_same(compiled(x), eager(x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_step_matches_eager(backend: str) -> None:
+    eager, model = _models()
+    compiled = ptc.compile(model, backend=backend)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        x, target = torch.randn(8, 16), torch.randn(8, 4)
+        loss_e = torch.nn.functional.mse_loss(eager(x), target)
+        loss_c = torch.nn.functional.mse_loss(compiled(x), target)
+        assert_same(loss_c, loss_e, what=f"loss at step {step}")
+        loss_e.backward()
+        loss_c.backward()
+        for (name, pe), pc in zip(eager.named_parameters(), model.parameters()):
+            assert_same(pc.grad, pe.grad, what=f"grad of {name} at step {step}")
+        opt_e.step()
+        opt_c.step()
+        opt_e.zero_grad()
+        opt_c.zero_grad()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_break_still_matches_eager(backend: str) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin() * 2
+        if y.sum() > 0:  # data-dependent branch: a graph break
+            return y.cos()
+        return y.exp()
+
+    compiled = ptc.compile(f, backend=backend)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        compare_with_eager(compiled, f, torch.randn(6))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_recompiles_on_a_new_shape_and_dtype(backend: str) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * x).sum(dim=0) + 1
+
+    compiled = ptc.compile(f, backend=backend)
+    for shape, dtype in [((3, 4), torch.float32), ((5, 4), torch.float32), ((3, 4), torch.float64)]:
+        compare_with_eager(compiled, f, torch.randn(shape, dtype=dtype))
+
+
+def test_fullgraph_turns_a_break_into_an_error() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        print("side effect")
+        return x + 1
+
+    with pytest.raises(Exception, match="print"):
+        ptc.compile(f, backend="eager", fullgraph=True)(torch.ones(2))
+
+
+def test_explain_counts_graphs_and_breaks() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x + 1
+        if y.sum() > 0:
+            y = y * 2
+        return y - 1
+
+    report = ptc.explain(f)(torch.ones(3))
+    assert report.graph_count >= 2
+    assert report.graph_break_count >= 1
