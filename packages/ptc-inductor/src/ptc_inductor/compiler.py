@@ -11,7 +11,7 @@ from typing import Any
 import torch.fx
 
 from . import debug
-from .codegen.backend import Backend, cpp_backend
+from .codegen.backend import Backend, auto_backend, uses_triton
 from .codegen.wrapper import generate_wrapper
 from .config import Config, config_from_env
 from .lowering import lower_graph
@@ -54,7 +54,7 @@ def _check_dialect(gm: torch.fx.GraphModule) -> None:
 
 
 def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir: str | None = None) -> CompiledGraph:
-    """Compile a core/1 GraphModule into a callable running generated C++ kernels."""
+    """Compile a core/1 GraphModule into a callable running generated kernels (C++ on CPU, Triton on CUDA)."""
     cfg = config if config is not None else config_from_env()
     if debug_dir is not None:
         cfg = cfg.replace(debug_dir=debug_dir)
@@ -63,10 +63,11 @@ def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir
     return compile_lowered(lowered, cfg)
 
 
-def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = cpp_backend) -> CompiledGraph:
+def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_backend) -> CompiledGraph:
     """Schedule, plan, generate, build and wrap an already lowered graph."""
     sched = schedule(lowered.nodes, cfg)  # 2. schedule and fuse into kernels
-    plan = plan_memory(sched, lowered.buffers, _output_buffers(lowered), cfg.reuse_buffers)  # 3. plan memory
+    cpp_kernels = {k.name for k in sched.kernels if not uses_triton(k, cfg)}
+    plan = plan_memory(sched, lowered.buffers, _output_buffers(lowered), cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
     built = backend(sched, plan, lowered.buffers, cfg)  # 4. generate, build and load the kernels
     source, path = built.source, built.artifact
     # 5. the Python wrapper that allocates buffers and runs kernels and extern calls in order

@@ -8,6 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+BACKENDS = ("auto", "cpp", "triton")
+"""``auto``: C++ for kernels over CPU tensors, Triton for CUDA tensors; the others force one."""
+
+AUTOTUNE_MODES = ("none", "default", "max-autotune")
+"""How widely Triton launch configurations are searched at first call."""
+
 
 def _default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
@@ -29,6 +35,14 @@ class Config:
     parallel_min_work: int = 32768
     check_extern_strides: bool = True
     check_input_strides: bool = True
+    backend: str = "auto"
+    triton_autotune: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.triton_autotune not in AUTOTUNE_MODES:
+            raise ValueError(f"triton_autotune {self.triton_autotune!r} is not one of {', '.join(AUTOTUNE_MODES)}")
 
     def replace(self, **changes: object) -> Config:
         """Return a copy with some fields changed."""
@@ -52,5 +66,9 @@ def config_from_env(env: Mapping[str, str] | None = None, **overrides: object) -
         fields["fuse"] = False
     if source.get("PTC_INDUCTOR_REUSE_BUFFERS", "1") == "0":
         fields["reuse_buffers"] = False
+    if "PTC_INDUCTOR_BACKEND" in source:
+        fields["backend"] = source["PTC_INDUCTOR_BACKEND"]
+    if "PTC_INDUCTOR_TRITON_AUTOTUNE" in source:
+        fields["triton_autotune"] = source["PTC_INDUCTOR_TRITON_AUTOTUNE"]
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return Config(**fields)  # type: ignore[arg-type]

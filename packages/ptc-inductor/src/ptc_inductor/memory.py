@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -28,8 +29,11 @@ def _key(buf: Buffer) -> tuple[int, torch.dtype, torch.device]:
     return buf.layout.nbytes, buf.layout.dtype, buf.layout.device
 
 
-def kernel_local_buffers(sched: Schedule, outputs: set[str]) -> frozenset[str]:
-    """Buffers holding one value per outer loop point and read only there: they become C++ locals."""
+def kernel_local_buffers(sched: Schedule, outputs: set[str], kernels: Collection[str] | None = None) -> frozenset[str]:
+    """Buffers holding one value per outer loop point and read only there: they become C++ locals.
+
+    Only ``kernels`` (default: all) may keep locals; Triton kernels take every buffer they touch.
+    """
     readers: dict[str, set[str]] = defaultdict(set)
     for step in sched.steps:
         if isinstance(step, Kernel):
@@ -41,6 +45,8 @@ def kernel_local_buffers(sched: Schedule, outputs: set[str]) -> frozenset[str]:
                 readers[name].add(step.name)
     found: set[str] = set()
     for kernel in sched.kernels:
+        if kernels is not None and kernel.name not in kernels:
+            continue
         flat = all(not n.is_reduction and n.ranges == kernel.outer for n in kernel.nodes)
         if flat:
             continue
@@ -57,9 +63,11 @@ def kernel_local_buffers(sched: Schedule, outputs: set[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def plan_memory(sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool) -> MemoryPlan:
+def plan_memory(
+    sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool, local_kernels: Collection[str] | None = None
+) -> MemoryPlan:
     """Plan allocations over ``sched``: buffers named in ``outputs`` live to the end."""
-    local = kernel_local_buffers(sched, outputs)
+    local = kernel_local_buffers(sched, outputs, local_kernels)
     last_use: dict[str, int] = {}
     defined: dict[str, int] = {}
     for i, step in enumerate(sched.steps):

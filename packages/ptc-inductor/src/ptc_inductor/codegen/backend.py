@@ -1,4 +1,4 @@
-"""The boundary between the shared pipeline and a kernel backend (C++ here, Triton in part 2).
+"""The boundary between the shared pipeline and the kernel backends (C++/OpenMP and Triton).
 
 A backend turns scheduled kernels into callables; the wrapper only needs, per kernel, a
 function and the buffers it takes, and whether it wants raw pointers or tensors. Buffers in
@@ -8,14 +8,17 @@ function and the buffers it takes, and whether it wants raw pointers or tensors.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import torch
+
 from ..config import Config
 from ..ir import Buffer
 from ..memory import MemoryPlan
-from ..scheduler import Schedule
+from ..scheduler import Kernel, Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +65,48 @@ def cpp_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], c
         fn.restype = None
         calls[k.name] = KernelCall(k.name, fn, k.params, True)
     return BackendOutput(calls, source, path)
+
+
+def kernel_device(kernel: Kernel) -> torch.device:
+    """The device a kernel runs on: that of the buffers it writes."""
+    return kernel.nodes[0].outputs[0].layout.device
+
+
+def uses_triton(kernel: Kernel, config: Config) -> bool:
+    """True when ``config`` sends ``kernel`` to the Triton backend."""
+    if config.backend == "auto":
+        return kernel_device(kernel).type == "cuda"
+    return config.backend == "triton"
+
+
+def triton_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], config: Config) -> BackendOutput:
+    """The Triton backend: one module per kernel, compiled (in parallel on a GPU) and launched with tensors."""
+    from ..triton_runtime import load_launchers, triton_options
+    from .triton import generate_triton_kernel
+
+    kernels = [generate_triton_kernel(k, buffers, sched.accesses, config) for k in sched.kernels]
+    if not kernels:
+        return BackendOutput({}, "", None)
+    launchers = load_launchers(kernels, triton_options(config), kernel_device(sched.kernels[0]))
+    calls = {k.name: KernelCall(k.name, launchers[k.name], k.params, False) for k in kernels}
+    return BackendOutput(calls, "\n\n".join(k.source for k in kernels), None)
+
+
+def _only(sched: Schedule, names: set[str]) -> Schedule:
+    steps = tuple(s for s in sched.steps if not isinstance(s, Kernel) or s.name in names)
+    return dataclasses.replace(sched, steps=steps)
+
+
+def auto_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], config: Config) -> BackendOutput:
+    """Per kernel, C++ or Triton as ``config.backend`` chooses; a graph may mix devices."""
+    triton_names = {k.name for k in sched.kernels if uses_triton(k, config)}
+    cpp_names = {k.name for k in sched.kernels} - triton_names
+    parts = []
+    if cpp_names:
+        parts.append(cpp_backend(_only(sched, cpp_names), plan, buffers, config))
+    if triton_names:
+        parts.append(triton_backend(_only(sched, triton_names), plan, buffers, config))
+    if len(parts) == 1:
+        return parts[0]
+    calls = {name: call for part in parts for name, call in part.calls.items()}
+    return BackendOutput(calls, "\n\n".join(p.source for p in parts), next((p.artifact for p in parts if p.artifact), None))

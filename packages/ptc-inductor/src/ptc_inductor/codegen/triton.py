@@ -1,0 +1,412 @@
+"""Triton code generation: one ``ops`` handler emitting Triton per node, and the kernel layout.
+
+A kernel's shared outer loops (``Kernel.outer``) are flattened into ``xindex``; each program
+owns ``XBLOCK`` whole outer points. A kernel whose nodes all cover exactly the outer points is
+*flat* (1D tiles). Otherwise each node's remaining loops (its reduction loops, or the inner
+pointwise loops) are flattened into ``rindex`` and run in 2D ``[XBLOCK, RBLOCK]`` tiles, either
+*persistent* (the whole inner range in one tile) or *looped* (``for roffset in range(...)``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+
+from ..analysis import node_vars
+from ..config import Config
+from ..errors import CodegenError
+from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar
+from ..ir import Buffer, ComputedNode
+from ..scheduler import Kernel
+from ..virtualized import set_ops_handler
+from . import triton_heuristics as heur
+from .triton_index import compute_dtype, tconst, texpr, tl_dtype
+from .triton_math import BINARY, BOOL_RESULT, PRELUDE, UNARY
+from .triton_reduction import emit_reduction
+
+INT32_LIMIT = 2**31 - 2**17
+"""Indices stay 32-bit when every value they reach (padding included) is below this."""
+
+
+@dataclass(frozen=True, slots=True)
+class TritonKernel:
+    """Generated Triton source of one kernel, its parameters and what the launcher needs to size it.
+
+    ``style`` is "flat" (1D tiles), "persistent" or "looped" (2D tiles); ``rnumel`` is the
+    largest flattened inner range (0 for flat kernels); ``rblock`` the fixed RBLOCK of a
+    persistent kernel (0 otherwise); ``strided`` is set when a reduction reads memory that is
+    not contiguous along its reduced dim (a column sum), which wants tall tiles.
+    """
+
+    name: str
+    source: str
+    params: tuple[str, ...]
+    param_dtypes: tuple[torch.dtype, ...]
+    style: str
+    xnumel: int
+    rnumel: int
+    rblock: int
+    index_dtype: str
+    strided: bool = False
+    origins: tuple[str, ...] = ()
+
+
+def _numel(sizes: Sequence[int]) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+def _unravel(flat: str, sizes: Sequence[int], names: Sequence[str]) -> list[str]:
+    """Lines defining ``names`` as the row-major multi-index of ``flat`` over ``sizes``."""
+    out = []
+    strides = contiguous_strides(sizes)
+    for i, (name, size, stride) in enumerate(zip(names, sizes, strides)):
+        q = flat if stride == 1 else f"({flat} // {stride})"
+        out.append(f"{name} = {q}" if i == 0 else f"{name} = {q} % {size}")
+    return out
+
+
+@dataclass
+class Section:
+    """The Triton lines of one node: before its inner loop, inside it and after it."""
+
+    prefix: list[str] = field(default_factory=list)
+    body: list[str] = field(default_factory=list)
+    suffix: list[str] = field(default_factory=list)
+    barrier: bool = False
+
+
+class TritonOps:
+    """The ``ops`` handler emitting Triton statements for one node into a Section."""
+
+    def __init__(self, writer: _KernelWriter, node: ComputedNode, section: Section, inner: tuple[int, ...]) -> None:
+        self.w = writer
+        self.node = node
+        self.section = section
+        self.lines = section.body
+        self.cse: dict[str, str] = {}
+        self.inner = inner
+        xs, rs = node_vars(node)
+        k = len(writer.kernel.outer)
+        self.outer_syms = set(xs[:k])
+        self.inner_vars: list[Expr] = list(rs) if node.is_reduction else list(xs[k:])
+        self.xmask = writer.xmask
+        self.rmask: str | None = writer.rmask_for(_numel(inner)) if inner else None
+        self.extra_masks: list[str] = []
+        self.in_loop = writer.style == "looped" and bool(inner)
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _emit(self, expr: str, dtype: torch.dtype) -> str:
+        found = self.cse.get(expr)
+        if found is not None:
+            return found
+        name = self.w.fresh()
+        self.lines.append(f"{name} = {expr}")
+        self.cse[expr] = name
+        self.w.dtypes[name] = dtype
+        return name
+
+    def dtype_of(self, value: str) -> torch.dtype:
+        """The compute dtype of a value this handler produced."""
+        return self.w.dtypes[value]
+
+    def mask_for(self, index: Expr) -> str | None:
+        """The mask a memory access at ``index`` needs: only the padded dims it depends on."""
+        syms = index.free_symbols
+        parts: list[str] = []
+        if self.xmask and syms & self.outer_syms:
+            parts.append(self.xmask)
+        if self.rmask and syms & set(self.inner_vars):
+            parts.append(self.rmask)
+        parts.extend(self.extra_masks)
+        return " & ".join(parts) if parts else None
+
+    def full_mask(self) -> str | None:
+        """The mask of every lane of the current tile."""
+        parts = [m for m in (self.xmask, self.rmask) if m] + self.extra_masks
+        return " & ".join(parts) if parts else None
+
+    def _forward_key(self, name: str, index: Expr) -> tuple[str, str, tuple[int, ...]] | None:
+        uses_inner = bool(index.free_symbols & set(self.inner_vars))
+        if uses_inner and self.in_loop:
+            return None
+        canon = index.subs({v: sympy.Symbol(f"_i{i}", integer=True, nonnegative=True) for i, v in enumerate(self.inner_vars)})
+        return name, str(sympy.expand(canon)), self.inner if uses_inner else ()
+
+    # -- ops ---------------------------------------------------------------------------------
+
+    def load(self, name: str, index: Expr) -> str:
+        dtype = self.w.buffers[name].layout.dtype
+        key = self._forward_key(name, index) if not self.extra_masks else None
+        if key is not None and key in self.w.forwarded:
+            return self.w.forwarded[key]
+        if name in self.w.written:
+            # Another node of this kernel wrote it at other lanes of this program: its stores
+            # must be visible to every thread before these loads.
+            self.section.barrier = True
+        self.w.params.setdefault(name, None)
+        mask = self.mask_for(index)
+        extra = f", {mask}, other=0" if mask else ""
+        expr = f"tl.load({name} + {texpr(index)}{extra})"
+        if dtype in (torch.bfloat16, torch.float16):
+            expr += ".to(tl.float32)"
+        return self._emit(expr, compute_dtype(dtype))
+
+    def store(self, name: str, index: Expr, value: str) -> None:
+        dtype = self.w.buffers[name].layout.dtype
+        self.w.params.setdefault(name, None)
+        self.w.written.add(name)
+        v = value
+        if dtype == torch.bfloat16:
+            # Rounded explicitly (the store's own cast is then exact): Triton's interpreter
+            # does not round float32 -> bfloat16 to nearest-even.
+            v = f"ptc_round_bf16({value})"
+        elif self.dtype_of(value) != dtype:
+            v = f"{value}.to({tl_dtype(dtype)})"
+        mask = self.mask_for(index)
+        where = texpr(index)
+        if self.w.style != "flat" and not index.free_symbols:
+            # A reduced value is an [XBLOCK, 1] block; Triton stores blocks only through blocks
+            # of pointers, so the constant index is widened to xindex's shape.
+            where = f"{where} + tl.zeros_like(xindex)"
+            mask = self.full_mask() if not self.rmask else self.xmask
+        self.lines.append(f"tl.store({name} + {where}, {v}{', ' + mask if mask else ''})")
+        key = self._forward_key(name, index)
+        if key is not None and not self.extra_masks:
+            self.w.forwarded[key] = self.to_dtype(value, dtype) if self.dtype_of(value) != compute_dtype(dtype) or dtype != compute_dtype(dtype) else value
+
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        return self._emit(tconst(value, dtype), compute_dtype(dtype))
+
+    def index_expr(self, expr: Expr, dtype: torch.dtype) -> str:
+        expr = sympy.expand(expr)
+        if expr.is_Integer:
+            return self.constant(int(expr), dtype)
+        return self._emit(f"({texpr(expr)}).to({tl_dtype(compute_dtype(dtype))})", compute_dtype(dtype))
+
+    def to_dtype(self, x: str, dtype: torch.dtype) -> str:
+        if dtype == torch.bool:
+            return self._emit(f"({x} != 0)", torch.bool)
+        if dtype == torch.bfloat16:
+            # Round through the narrow type, as eager does at every op boundary.
+            return self._emit(f"ptc_round_bf16({x})", torch.float32)
+        if dtype == torch.float16:
+            return self._emit(f"{x}.to(tl.float16).to(tl.float32)", torch.float32)
+        if self.dtype_of(x) == dtype:
+            return x
+        return self._emit(f"{x}.to({tl_dtype(dtype)})", dtype)
+
+    def where(self, cond: str, a: str, b: str) -> str:
+        dt = torch.promote_types(self.dtype_of(a), self.dtype_of(b))
+        return self._emit(f"tl.where({cond}, {a}, {b})", dt)
+
+    def masked(self, mask: str, body: Callable[[], Any], other: Any, dtype: torch.dtype) -> str:
+        saved = self.cse
+        self.cse = dict(saved)
+        self.extra_masks.append(mask)
+        try:
+            result = body()
+        finally:
+            self.extra_masks.pop()
+            self.cse = saved
+        cd = compute_dtype(dtype)
+        result = self.to_dtype(result, cd) if self.dtype_of(result) != cd else result
+        return self._emit(f"tl.where({mask}, {result}, {tconst(other, dtype)})", cd)
+
+    def indirect_indexing(self, value: str, size: int) -> sympy.Symbol:
+        # Negative indices count from the end, as in eager.
+        name = self._emit(f"tl.where({value} < 0, {value} + {size}, {value})", self.dtype_of(value))
+        return indirect_symbol(name)
+
+    def rand(self, seed: str, offset: str) -> str:
+        return self._emit(f"tl.rand({seed}, {offset})", torch.float32)
+
+    def randn(self, seed: str, offset: str) -> str:
+        return self._emit(f"tl.randn({seed}, {offset})", torch.float32)
+
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, rtype: str, value: str) -> Any:
+        result = emit_reduction(self, dtype, src_dtype, rtype, value)
+        # What follows runs once per outer point, after the inner range is consumed.
+        self.lines = self.section.suffix
+        self.cse = {}
+        self.rmask = None
+        self.inner_vars = []
+        self.in_loop = False
+        return result
+
+    def emit_line(self, text: str) -> None:
+        """Append a raw statement to the current section."""
+        self.lines.append(text)
+
+    def new_value(self, expr: str, dtype: torch.dtype, into: list[str] | None = None) -> str:
+        """Bind ``expr`` to a fresh name (in ``into`` or the current lines); no CSE."""
+        name = self.w.fresh()
+        (self.lines if into is None else into).append(f"{name} = {expr}")
+        self.w.dtypes[name] = dtype
+        return name
+
+    def __getattr__(self, name: str) -> Callable[..., str]:
+        if name in UNARY:
+            fmt = UNARY[name]
+            return lambda x: self._emit(fmt(x, self.dtype_of(x)), torch.bool if name in BOOL_RESULT else self.dtype_of(x))
+        if name in BINARY:
+            fmt2 = BINARY[name]
+
+            def binary(a: str, b: str) -> str:
+                dt = torch.promote_types(self.dtype_of(a), self.dtype_of(b))
+                return self._emit(fmt2(a, b, dt), torch.bool if name in BOOL_RESULT else dt)
+
+            return binary
+        raise CodegenError(f"the Triton backend has no op '{name}'")
+
+
+class _KernelWriter:
+    def __init__(self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False) -> None:
+        self.kernel = kernel
+        self.buffers = buffers
+        self.config = config
+        self.counter = itertools.count()
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.params: dict[str, None] = {}
+        self.written: set[str] = set()
+        self.forwarded: dict[tuple[str, str, tuple[int, ...]], str] = {}
+        k = len(kernel.outer)
+        self.xnumel = _numel(kernel.outer)
+        self.inners = [n.reduction_ranges if n.is_reduction else n.ranges[k:] for n in kernel.nodes]
+        self.rnumel = max((_numel(r) for r in self.inners if r), default=0)
+        flat = k >= 1 and all(not n.is_reduction and not inner for n, inner in zip(kernel.nodes, self.inners))
+        if flat:
+            self.style = "flat"
+        elif self.rnumel and heur.next_pow2(self.rnumel) <= heur.persistent_limit(self._widest_itemsize(), strided):
+            self.style = "persistent"
+        else:
+            self.style = "looped"
+        self.strided = strided
+        self.rblock = heur.next_pow2(self.rnumel) if self.style == "persistent" else 0
+        max_x = heur.MAX_XBLOCK_FLAT if self.style == "flat" else heur.MAX_XBLOCK_INNER
+        self.xmask = None if self.xnumel % max_x == 0 else "xmask"
+        self.index_dtype = self._index_dtype()
+
+    def _widest_itemsize(self) -> int:
+        return max((b.layout.dtype.itemsize for b in self.buffers.values()), default=4)
+
+    def _index_dtype(self) -> str:
+        reach = (self.xnumel + heur.MAX_XBLOCK_FLAT) * max(self.rnumel + heur.MAX_RBLOCK, 1)
+        touched = {b.name for n in self.kernel.nodes for b in n.outputs}
+        biggest = max((self.buffers[b].layout.storage_numel for b in touched), default=0)
+        return "tl.int32" if reach < INT32_LIMIT and biggest < INT32_LIMIT else "tl.int64"
+
+    def fresh(self) -> str:
+        return f"tmp{next(self.counter)}"
+
+    def rmask_for(self, numel: int) -> str | None:
+        if self.style == "persistent":
+            return None if numel == self.rblock else "rmask"
+        return None if numel % heur.MAX_RBLOCK == 0 else "rmask"
+
+    def node_section(self, node: ComputedNode, inner: tuple[int, ...]) -> Section:
+        section = Section()
+        handler = TritonOps(self, node, section, inner)
+        xs, rs = node_vars(node)
+        with set_ops_handler(handler):
+            node.body(xs, rs)
+        return section
+
+    def comment(self, node: ComputedNode) -> str:
+        what = node.reduction_type or node.kind
+        extra = f" x {list(node.reduction_ranges)}" if node.reduction_ranges else ""
+        return f"# {node.name}: {what} over {list(node.ranges)}{extra}, from graph node(s) {', '.join(node.origins)}"
+
+    def header(self) -> list[str]:
+        k = len(self.kernel.outer)
+        wide = self.index_dtype == "tl.int64"
+        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        lines = [f"xnumel = {self.xnumel}"]
+        suffix = "" if self.style == "flat" else "[:, None]"
+        lines.append(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK){suffix}")
+        if self.xmask:
+            lines.append("xmask = xindex < xnumel")
+        lines.extend(_unravel("xindex", self.kernel.outer, [f"x{i}" for i in range(k)]))
+        if self.style != "flat":
+            cast = ".to(tl.int64)" if wide else ""
+            lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{cast}")
+        return lines
+
+    def inner_defs(self, node: ComputedNode, inner: tuple[int, ...]) -> list[str]:
+        k = len(self.kernel.outer)
+        names = [f"r{i}" for i in range(len(inner))] if node.is_reduction else [f"x{k + i}" for i in range(len(inner))]
+        lines = []
+        numel = _numel(inner)
+        if self.rmask_for(numel):
+            lines.append(f"rmask = rindex < {numel}")
+        lines.extend(_unravel("rindex", inner, names))
+        return lines
+
+    def body(self) -> list[str]:
+        out: list[str] = []
+        if self.style == "persistent":
+            out.append("rindex = rbase")
+        for node, inner in zip(self.kernel.nodes, self.inners):
+            section = self.node_section(node, inner)
+            out.append(self.comment(node))
+            if section.barrier:
+                out.append("tl.debug_barrier()")
+            out.extend(section.prefix)
+            if not inner:
+                out.extend(section.body)
+            elif self.style == "persistent":
+                out.extend(self.inner_defs(node, inner))
+                out.extend(section.body)
+            else:
+                out.append(f"for roffset in range(0, {_numel(inner)}, RBLOCK):")
+                loop = ["rindex = roffset + rbase", *self.inner_defs(node, inner), *section.body]
+                out.extend("    " + ln for ln in loop)
+            out.extend(section.suffix)
+        return out
+
+
+def _strided_reduction(kernel: Kernel, accesses: dict[str, Any]) -> bool:
+    """True when some reduction loads along its innermost reduced dim with a stride other than 1."""
+    for node in kernel.nodes:
+        if not node.is_reduction or not node.reduction_ranges:
+            continue
+        last = rvar(len(node.reduction_ranges) - 1)
+        for _, index in accesses[node.name].loads:
+            coeff = is_linear_in(index, last) if index.has(last) else 1
+            if coeff != 1:
+                return True
+    return False
+
+
+def generate_triton_kernel(kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config) -> TritonKernel:
+    """Generate the Triton module (helpers and one ``@triton.jit`` function) of one kernel."""
+    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses))
+    body = writer.body()
+    head = writer.header()
+    names = list(writer.params)
+    for node in kernel.nodes:
+        for name, _ in (*accesses[node.name].loads, *accesses[node.name].stores):
+            if name not in names:
+                names.append(name)
+    params = [*names, "XBLOCK: tl.constexpr"] + ([] if writer.style == "flat" else ["RBLOCK: tl.constexpr"])
+    origins = tuple(dict.fromkeys(o for n in kernel.nodes for o in n.origins))
+    lines = [
+        "",
+        "",
+        "@triton.jit",
+        f"def {kernel.name}({', '.join(params)}):",
+        f"    # {writer.style} kernel over {list(kernel.outer)}; graph node(s): {', '.join(origins)}",
+        *("    " + ln for ln in head + body),
+        "",
+    ]
+    source = PRELUDE + "\n".join(lines)
+    dtypes = tuple(buffers[n].layout.dtype for n in names)
+    return TritonKernel(kernel.name, source, tuple(names), dtypes, writer.style, writer.xnumel, writer.rnumel, writer.rblock, writer.index_dtype, strided=writer.strided, origins=origins)

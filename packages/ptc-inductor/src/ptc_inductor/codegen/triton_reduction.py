@@ -1,0 +1,143 @@
+"""Reductions in Triton tiles: persistent (one tile per row), looped (a per-lane accumulator
+tile combined across iterations, then reduced), argmax/argmin and welford."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import CodegenError
+from .triton_index import identity, tl_dtype
+
+if TYPE_CHECKING:
+    from .triton import TritonOps
+
+TILE = "[XBLOCK, RBLOCK]"
+INDEX_INIT = 2**63 - 1
+"""Initial index of an argmax/argmin lane: larger than any real index, so real values win ties."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    combine: str
+    final: str
+    as_int8: bool = False
+
+
+def _kind(rtype: str, dtype: torch.dtype) -> _Kind:
+    """How ``rtype`` combines two lanes, and how a tile is reduced along dim 1."""
+    is_float = dtype.is_floating_point
+    if rtype == "sum":
+        return _Kind("({a} + {b})", "tl.sum({t}, 1)")
+    if rtype == "prod":
+        return _Kind("({a} * {b})", "tl.reduce({t}, 1, ptc_mul)")
+    if rtype in ("max", "min"):
+        fn = "maximum" if rtype == "max" else "minimum"
+        if is_float:
+            return _Kind(f"ptc_{fn}({{a}}, {{b}})", f"tl.reduce({{t}}, 1, ptc_{fn})")
+        return _Kind(f"tl.{fn}({{a}}, {{b}})", f"tl.{rtype}({{t}}, 1)", dtype == torch.bool)
+    if rtype in ("any", "all"):
+        fn = "maximum" if rtype == "any" else "minimum"
+        return _Kind(f"tl.{fn}({{a}}, {{b}})", f"tl.{'max' if rtype == 'any' else 'min'}({{t}}, 1)", True)
+    raise CodegenError(f"unknown reduction type {rtype}")
+
+
+def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rtype: str, value: str) -> Any:
+    """Emit the reduction of ``value`` over the node's inner range; return the result name(s)."""
+    style = h.w.style if h.inner else "trivial"
+    if rtype in ("argmax", "argmin"):
+        return _arg_reduction(h, style, src_dtype, rtype, value)
+    if rtype == "welford":
+        return _welford(h, style, dtype, value)
+    kind = _kind(rtype, dtype)
+    work_dtype = torch.int8 if kind.as_int8 else dtype
+    v = value
+    if rtype in ("any", "all") or dtype == torch.bool:
+        v = h.new_value(f"({value} != 0).to(tl.int8)", torch.int8)
+    elif h.dtype_of(value) != dtype:
+        v = h.new_value(f"{value}.to({tl_dtype(dtype)})", dtype)
+    if style == "trivial":
+        out = v
+    elif style == "persistent":
+        tile = _masked_tile(h, v, identity(rtype, work_dtype))
+        out = h.new_value(kind.final.format(t=tile) + "[:, None]", work_dtype)
+    else:
+        acc = h.new_value(f"tl.full({TILE}, {identity(rtype, work_dtype)}, {tl_dtype(work_dtype)})", work_dtype, h.section.prefix)
+        combined = kind.combine.format(a=acc, b=v)
+        if h.rmask:
+            combined = f"tl.where({h.rmask}, {combined}, {acc})"
+        h.emit_line(f"{acc} = {combined}")
+        out = h.new_value(kind.final.format(t=acc) + "[:, None]", work_dtype, h.section.suffix)
+    if kind.as_int8:
+        return h.new_value(f"({out} != 0)", torch.bool, h.section.suffix if style == "looped" else None)
+    return out
+
+
+def _masked_tile(h: TritonOps, v: str, fill: str) -> str:
+    """``v`` broadcast to the full tile, with padded lanes set to ``fill``."""
+    inner = f"tl.where({h.rmask}, {v}, {fill})" if h.rmask else v
+    return h.new_value(f"tl.broadcast_to({inner}, {TILE})", h.dtype_of(v))
+
+
+def _arg_reduction(h: TritonOps, style: str, src_dtype: torch.dtype, rtype: str, value: str) -> str:
+    combine = f"ptc_{rtype}_combine"
+    v = value if h.dtype_of(value) == src_dtype else h.new_value(f"{value}.to({tl_dtype(src_dtype)})", src_dtype)
+    if style == "trivial":
+        return h.new_value("tl.full([], 0, tl.int64)", torch.int64)
+    fill = identity(rtype, src_dtype)
+    index = h.new_value(f"tl.broadcast_to(rindex, {TILE}).to(tl.int64)", torch.int64)
+    if style == "persistent":
+        tile = _masked_tile(h, v, fill)
+        pair = h.w.fresh()
+        h.emit_line(f"_, {pair} = tl.reduce(({tile}, {index}), 1, {combine})")
+        h.w.dtypes[pair] = torch.int64
+        return h.new_value(f"{pair}[:, None]", torch.int64)
+    accv = h.new_value(f"tl.full({TILE}, {fill}, {tl_dtype(src_dtype)})", src_dtype, h.section.prefix)
+    acci = h.new_value(f"tl.full({TILE}, {INDEX_INIT}, tl.int64)", torch.int64, h.section.prefix)
+    nv, ni = h.w.fresh(), h.w.fresh()
+    h.emit_line(f"{nv}, {ni} = {combine}({accv}, {acci}, {v}, {index})")
+    if h.rmask:
+        h.emit_line(f"{accv} = tl.where({h.rmask}, {nv}, {accv})")
+        h.emit_line(f"{acci} = tl.where({h.rmask}, {ni}, {acci})")
+    else:
+        h.emit_line(f"{accv} = {nv}")
+        h.emit_line(f"{acci} = {ni}")
+    pair = h.w.fresh()
+    h.section.suffix.append(f"_, {pair} = tl.reduce(({accv}, {acci}), 1, {combine})")
+    return h.new_value(f"{pair}[:, None]", torch.int64, h.section.suffix)
+
+
+def _welford(h: TritonOps, style: str, dtype: torch.dtype, value: str) -> tuple[str, str, str]:
+    tdt = tl_dtype(dtype)
+    v = value if h.dtype_of(value) == dtype else h.new_value(f"{value}.to({tdt})", dtype)
+    if style == "trivial":
+        zero = h.new_value(f"tl.full([], 0, {tdt})", dtype)
+        one = h.new_value(f"tl.full([], 1, {tdt})", dtype)
+        return v, zero, one
+    count = 1
+    for s in h.inner:
+        count *= s
+    if style == "persistent":
+        # The whole row is in registers: two passes (mean, then squared deviations) are exact-er
+        # than the streaming update and cost no extra memory traffic.
+        tile = _masked_tile(h, v, "0")
+        mean = h.new_value(f"tl.sum({tile}, 1)[:, None] / {count}", dtype)
+        dev = _masked_tile(h, h.new_value(f"{v} - {mean}", dtype), "0")
+        m2 = h.new_value(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
+        n = h.new_value(f"tl.full([XBLOCK, 1], {count}, {tdt})", dtype)
+        return mean, m2, n
+    accs = [h.new_value(f"tl.zeros({TILE}, {tdt})", dtype, h.section.prefix) for _ in range(3)]
+    mean, m2, n = accs
+    nn = h.new_value(f"{n} + 1", dtype)
+    delta = h.new_value(f"{v} - {mean}", dtype)
+    nmean = h.new_value(f"{mean} + {delta} / {nn}", dtype)
+    nm2 = h.new_value(f"{m2} + {delta} * ({v} - {nmean})", dtype)
+    for acc, new in ((mean, nmean), (m2, nm2), (n, nn)):
+        h.emit_line(f"{acc} = tl.where({h.rmask}, {new}, {acc})" if h.rmask else f"{acc} = {new}")
+    a, b, c = h.w.fresh(), h.w.fresh(), h.w.fresh()
+    h.section.suffix.append(f"{a}, {b}, {c} = tl.reduce(({mean}, {m2}, {n}), 1, ptc_welford_combine)")
+    for name in (a, b, c):
+        h.w.dtypes[name] = dtype
+    return tuple(h.new_value(f"{x}[:, None]", dtype, h.section.suffix) for x in (a, b, c))  # type: ignore[return-value]

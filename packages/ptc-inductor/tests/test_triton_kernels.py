@@ -1,0 +1,255 @@
+"""The Triton backend on hand-picked graphs: kernel styles, dtypes, reductions, random numbers.
+
+Runs under ``TRITON_INTERPRET=1`` on CPU tensors (CI), or on CUDA when TRITON_INTERPRET=0 and a
+GPU is present. Graphs run through ``compile_triton_graph`` (lower, schedule, Triton kernels,
+a Python step runner) until the wrapper selects backends by device.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sympy
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import ptc_spec  # noqa: E402
+from ptc_inductor.codegen.triton import generate_triton_kernel  # noqa: E402
+from ptc_inductor.config import config_from_env  # noqa: E402
+from ptc_inductor.ir import ComputedNode, flexible_layout  # noqa: E402
+from ptc_inductor.scheduler import Kernel  # noqa: E402
+from ptc_inductor.triton_graph import TritonGraph, compile_triton_graph  # noqa: E402
+from ptc_inductor.triton_runtime import load_launchers, triton_options  # noqa: E402
+from ptc_inductor.virtualized import ops  # noqa: E402
+from ptc_spec import TensorMeta  # noqa: E402
+from ptc_spec.testing import compare_with_eager  # noqa: E402
+
+aten = torch.ops.aten
+DEVICE = "cuda" if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available() else "cpu"
+
+
+def compile_triton(gm: torch.fx.GraphModule, **config: Any) -> TritonGraph:
+    """Compile a core/1 graph with the Triton backend on the test device."""
+    return compile_triton_graph(gm, config_from_env(**config), torch.device(DEVICE))
+
+
+def trace_core(fn: Callable[..., Any], *inputs: Any) -> torch.fx.GraphModule:
+    """A core/1 graph of ``fn`` traced on ``inputs``' exact layouts."""
+    metas = [TensorMeta.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    return ptc_spec.trace(fn, *metas, dialect="core/1")
+
+
+def check_triton(fn: Callable[..., Any], *inputs: Any, rtol: float | None = None, atol: float | None = None, **config: Any) -> TritonGraph:
+    """Compile ``fn`` with the Triton backend and compare it with eager on ``inputs``."""
+    compiled = compile_triton(trace_core(fn, *inputs), **config)
+    compare_with_eager(compiled, fn, *inputs, rtol=rtol, atol=atol)
+    return compiled
+
+
+def _rand(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).to(DEVICE)
+
+
+# -- pointwise ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_pointwise_chain_is_one_flat_kernel_and_matches_eager(dtype: torch.dtype) -> None:
+    x, w, b = _rand(1000, dtype=dtype), _rand(1000, dtype=dtype, seed=1), _rand(1000, dtype=dtype, seed=2)
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        y = aten.add.Tensor(aten.mul.Tensor(x, w), b)
+        gelu = aten.mul.Tensor(aten.mul.Tensor(y, 0.5), aten.add.Tensor(aten.erf.default(aten.mul.Tensor(y, 0.7071067811865476)), 1.0))
+        return aten.add.Tensor(aten.mul.Tensor(gelu, aten.sigmoid.default(x)), aten.tanh.default(b))
+
+    low = dtype in (torch.bfloat16, torch.float16)
+    compiled = check_triton(fn, x, w, b, **({"rtol": 4e-2, "atol": 4e-2} if low else {}))
+    assert [k.style for k in compiled.kernels] == ["flat"]
+    assert compiled.source.count("@triton.jit\ndef kernel") == 1
+
+
+def test_flat_kernel_without_ragged_edge_has_no_mask() -> None:
+    x = _rand(8192)
+    compiled = check_triton(lambda x: aten.maximum.default(aten.mul.Tensor(x, 2.0), x), x)
+    assert "xmask" not in compiled.kernels[0].source
+    assert "tl.int32" not in compiled.kernels[0].source or "to(tl.int64)" not in compiled.kernels[0].source
+
+
+def test_transposed_and_broadcast_inputs_match_eager() -> None:
+    a = _rand(33, 17).t()
+    b = _rand(17, 1)
+    check_triton(lambda a, b: aten.sub.Tensor(aten.exp.default(a), b), a, b)
+
+
+def test_integer_and_bool_pointwise_match_eager() -> None:
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-20, 20, (7, 9), generator=g).to(DEVICE)
+    b = torch.randint(1, 6, (7, 9), generator=g).to(DEVICE)
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            aten.remainder.Tensor(a, b),
+            aten.div.Tensor_mode(a, b, rounding_mode="floor"),
+            aten.div.Tensor_mode(a, b, rounding_mode="trunc"),
+            aten.bitwise_xor.Tensor(a, b),
+            aten.maximum.default(a, b),
+            aten.logical_and.default(aten.gt.Scalar(a, 0), aten.lt.Scalar(b, 3)),
+            aten.bitwise_left_shift.Tensor(a, b),
+        )
+
+    check_triton(fn, a, b)
+
+
+# -- reductions ---------------------------------------------------------------------------------
+
+
+def test_softmax_is_one_persistent_kernel_and_matches_eager() -> None:
+    x = _rand(37, 129)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        m = aten.amax.default(x, [1], True)
+        e = aten.exp.default(aten.sub.Tensor(x, m))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [1], True))
+
+    compiled = check_triton(fn, x)
+    assert [k.style for k in compiled.kernels] == ["persistent"]
+    assert compiled.source.count("@triton.jit\ndef kernel") == 1
+
+
+def test_long_rows_use_a_looped_reduction_and_match_eager() -> None:
+    x = _rand(3, 9000)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        m = aten.amax.default(x, [1], True)
+        e = aten.exp.default(aten.sub.Tensor(x, m))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [1], True)), aten.argmin.default(x, 1), aten.sum.dim_IntList(x, None)
+
+    compiled = check_triton(fn, x, rtol=1e-4, atol=1e-5)
+    assert "looped" in {k.style for k in compiled.kernels}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reductions_with_nan_and_ties_match_eager(dtype: torch.dtype) -> None:
+    x = _rand(6, 10, dtype=dtype)
+    x[1, 3] = float("nan")
+    x[2, :] = 1.0
+    x[4, 2] = float("-inf")
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            aten.amax.default(x, [1]),
+            aten.amin.default(x, [0]),
+            aten.argmax.default(x, 1),
+            aten.argmin.default(x, 1),
+            aten.argmax.default(x, 0),
+            aten.any.dims(aten.gt.Scalar(x, 1.5), [1]),
+            aten.all.dims(aten.gt.Scalar(x, -3.0), [0]),
+            aten.prod.dim_int(aten.sigmoid.default(x), 1),
+        )
+
+    check_triton(fn, x, **({"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}))
+
+
+def test_layer_norm_with_residual_matches_eager() -> None:
+    x, r = _rand(16, 96, dtype=torch.bfloat16), _rand(16, 96, dtype=torch.bfloat16, seed=1)
+    w, b = _rand(96, seed=2), _rand(96, seed=3)
+
+    def fn(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = aten._to_copy.default(aten.add.Tensor(x, r), dtype=torch.float32)
+        mean = aten.mul.Tensor(aten.sum.dim_IntList(h, [1], True), 1 / 96)
+        d = aten.sub.Tensor(h, mean)
+        var = aten.mul.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(d, d), [1], True), 1 / 96)
+        y = aten.mul.Tensor(d, aten.rsqrt.default(aten.add.Tensor(var, 1e-5)))
+        return aten._to_copy.default(aten.add.Tensor(aten.mul.Tensor(y, w), b), dtype=torch.bfloat16)
+
+    check_triton(fn, x, r, w, b, rtol=2e-2, atol=2e-2)
+
+
+def _welford_kernel(rows: int, cols: int) -> tuple[Kernel, dict[str, Any], dict[str, Any]]:
+    """A hand-built welford node: mean and (population) variance of each row of ``inp``."""
+    from ptc_inductor.analysis import analyze
+    from ptc_inductor.ir import Buffer
+
+    dev = torch.device(DEVICE)
+    inp = Buffer("inp", flexible_layout(torch.float32, dev, (rows, cols)), "input")
+    mean = Buffer("mean", flexible_layout(torch.float32, dev, (rows,)), "computed")
+    var = Buffer("var", flexible_layout(torch.float32, dev, (rows,)), "computed")
+
+    def body(xs: Any, rs: Any) -> None:
+        m, m2, n = ops.reduction(torch.float32, torch.float32, "welford", ops.load("inp", xs[0] * cols + rs[0]))
+        ops.store("mean", xs[0], m)
+        ops.store("var", xs[0], ops.truediv(m2, n))
+
+    node = ComputedNode("buf0", "reduction", (mean, var), (rows,), (cols,), body, ("var_mean",), "welford")
+    buffers = {b.name: b for b in (inp, mean, var)}
+    return Kernel("kernel0", (node,), (rows,)), buffers, {node.name: analyze(node)}
+
+
+@pytest.mark.parametrize("cols", [100, 9000])
+def test_welford_matches_eager_variance(cols: int) -> None:
+    kernel, buffers, accesses = _welford_kernel(3, cols)
+    cfg = config_from_env()
+    tk = generate_triton_kernel(kernel, buffers, accesses, cfg)
+    assert tk.style == ("persistent" if cols == 100 else "looped")
+    launcher = load_launchers([tk], triton_options(cfg))[tk.name]
+    x = _rand(3, cols) * 3 + 5
+    mean, var = torch.empty(3, device=DEVICE), torch.empty(3, device=DEVICE)
+    launcher(*[{"inp": x, "mean": mean, "var": var}[p] for p in tk.params])
+    torch.testing.assert_close(mean, x.mean(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(var, x.var(1, unbiased=False), rtol=1e-4, atol=1e-4)
+
+
+# -- indexing, masks, random --------------------------------------------------------------------
+
+
+def test_cat_pad_and_gather_use_masked_and_indirect_loads() -> None:
+    a, b = _rand(4, 5), _rand(4, 3, seed=1)
+    idx = torch.tensor([[0, 2, 1], [4, 4, 0], [1, 1, 1], [3, 0, 2]], device=DEVICE)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            aten.cat.default([a, b], 1),
+            aten.constant_pad_nd.default(a, [1, 2, 0, 1], 0.5),
+            aten.gather.default(a, 1, idx),
+            aten.index_select.default(a, 1, aten.select.int(idx, 0, 1)),
+        )
+
+    check_triton(fn, a, b, idx)
+
+
+def test_seeded_random_numbers_have_the_right_distribution() -> None:
+    n = 1 << 14
+
+    def fn(seed: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        u = torch.ops.ptc.rand.default(seed, 0, [n], dtype=torch.float32, device=torch.device(DEVICE))
+        z = torch.ops.ptc.randn.default(seed, n, [n], dtype=torch.float32, device=torch.device(DEVICE))
+        return u, z
+
+    seed = torch.tensor(1234, device=DEVICE)
+    compiled = compile_triton(trace_core(fn, seed))
+    u, z = compiled(seed)
+    u2, _ = compiled(seed)
+    u3, _ = compiled(torch.tensor(99, device=DEVICE))
+    assert torch.equal(u, u2) and not torch.equal(u, u3)
+    assert 0.0 <= float(u.min()) and float(u.max()) < 1.0
+    assert abs(float(u.mean()) - 0.5) < 0.02 and abs(float(u.var()) - 1 / 12) < 0.01
+    assert abs(float(z.mean())) < 0.05 and abs(float(z.std()) - 1.0) < 0.05
+
+
+def test_index_arithmetic_prints_floor_division_and_modulus() -> None:
+    from ptc_inductor.codegen.triton_index import texpr
+    from ptc_inductor.indexing import floordiv, mod, xvar
+
+    e = floordiv(xvar(0), 7) * 3 + mod(xvar(0), 7) + sympy.Integer(2)
+    assert texpr(sympy.expand(e)).count("//") == 1 and "% 7" in texpr(sympy.expand(e))
+
+
+def test_column_reduction_loops_over_tall_tiles_and_matches_eager() -> None:
+    x = _rand(300, 40)
+    compiled = check_triton(lambda x: (aten.sum.dim_IntList(x, [0]), aten.argmax.default(x, 0)), x, rtol=1e-4, atol=1e-4)
+    assert [(k.style, k.strided) for k in compiled.kernels] == [("looped", True)]

@@ -1,0 +1,110 @@
+"""The Triton runtime: launch heuristics, autotune candidates and cache, module cache, compiling
+generated kernels for a real GPU target (no GPU needed), and the CUDA launch path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from test_triton_kernels import _rand, check_triton, compile_triton, trace_core
+
+from ptc_inductor.codegen.triton_heuristics import (
+    MAX_RBLOCK,
+    MAX_XBLOCK_FLAT,
+    MAX_XBLOCK_INNER,
+    LaunchConfig,
+    candidate_configs,
+    default_config,
+)
+from ptc_inductor.triton_interpret import interpreting
+from ptc_inductor.triton_runtime import _read_autotune, _write_autotune, triton_options, write_module
+
+aten = torch.ops.aten
+TESTS = Path(__file__).parent
+SRC = TESTS.parent / "src"
+
+
+@pytest.mark.parametrize("style,xnumel,rnumel,rblock", [("flat", 1 << 26, 0, 0), ("flat", 100, 0, 0), ("persistent", 8192, 8192, 8192),
+                                                        ("persistent", 1 << 16, 64, 64), ("looped", 4, 100_000, 0)])
+@pytest.mark.parametrize("mode", ["none", "default", "max-autotune"])
+def test_candidates_respect_the_block_bounds_masks_rely_on(style: str, xnumel: int, rnumel: int, rblock: int, mode: str) -> None:
+    configs = candidate_configs(style, xnumel, rnumel, rblock, mode)
+    assert configs[0] == default_config(style, xnumel, rnumel, rblock)
+    for cfg in configs:
+        assert cfg.xblock <= (MAX_XBLOCK_FLAT if style == "flat" else MAX_XBLOCK_INNER)
+        assert style != "looped" or cfg.rblock <= MAX_RBLOCK
+        assert style != "persistent" or cfg.rblock == rblock
+        assert cfg.xblock & (cfg.xblock - 1) == 0 and 1 <= cfg.num_warps <= 32
+
+
+def test_autotuning_is_off_for_small_kernels_and_widens_under_max_autotune() -> None:
+    assert len(candidate_configs("flat", 4096, 0, 0, "default")) == 1
+    small = candidate_configs("flat", 1 << 26, 0, 0, "default")
+    wide = candidate_configs("flat", 1 << 26, 0, 0, "max-autotune")
+    assert 1 < len(small) < len(wide)
+    assert len(candidate_configs("flat", 1 << 26, 0, 0, "none")) == 1
+
+
+def test_autotune_results_and_kernel_modules_are_cached_on_disk(tmp_path: Path) -> None:
+    cfg = LaunchConfig(64, 128, 8, 2)
+    _write_autotune(str(tmp_path), "src|dev|default", cfg)
+    assert LaunchConfig(**_read_autotune(str(tmp_path))["src|dev|default"]) == cfg
+    compiled = check_triton(lambda x: aten.mul.Tensor(x, 3.0), _rand(10))
+    k = compiled.kernels[0]
+    first = write_module(k, str(tmp_path))
+    mtime = os.path.getmtime(first)
+    assert write_module(k, str(tmp_path)) == first and os.path.getmtime(first) == mtime
+
+
+def test_environment_selects_autotune_mode_and_backend() -> None:
+    from ptc_inductor.config import config_from_env
+
+    opts = triton_options(config_from_env({"PTC_INDUCTOR_TRITON_AUTOTUNE": "max-autotune", "PTC_INDUCTOR_BACKEND": "triton"}))
+    assert opts.autotune == "max-autotune" and opts.force_for_cpu
+
+
+@pytest.mark.slow
+def test_generated_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_path: Path) -> None:
+    # The interpreter does not type-check like the compiler does; compile real PTX/cubin.
+    script = textwrap.dedent(
+        """
+        import torch, test_triton_kernels as T
+        from ptc_inductor.codegen.triton_heuristics import default_config
+        from ptc_inductor.triton_runtime import _compile, _constexprs, signature
+        aten = torch.ops.aten
+        def softmax(x):
+            e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
+            return aten.div.Tensor(e, aten.sum.dim_IntList(e, [1], True)), aten.argmax.default(x, 1)
+        graphs = [(softmax, T._rand(37, 129)), (softmax, T._rand(3, 9000)), (lambda x: aten.sum.dim_IntList(x, [0]), T._rand(300, 40)),
+                  (lambda x: aten.remainder.Tensor(aten._to_copy.default(x, dtype=torch.bfloat16), aten.add.Tensor(x, 3.0)), T._rand(1000))]
+        n = 0
+        for fn, x in graphs:
+            for k in T.compile_triton(T.trace_core(fn, x)).kernels:
+                cfg = default_config(k.style, k.xnumel, k.rnumel, k.rblock, k.strided)
+                la_path = __import__("ptc_inductor.triton_runtime").triton_runtime.write_module(k, CACHE_DIR)
+                _compile(la_path, k.name, signature(k), _constexprs(k, cfg), tuple(True for _ in k.params), cfg.num_warps, 1, ("cuda", 90, 32))
+                n += 1
+        print("compiled", n)
+        """
+    ).replace("CACHE_DIR", repr(str(tmp_path)))
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS.parent.parent / "ptc-spec" / "src"), str(TESTS)]))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "compiled" in out.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreting(), reason="needs CUDA and TRITON_INTERPRET=0")
+def test_cuda_launch_path_matches_eager_and_reuses_its_config() -> None:
+    x = torch.randn(4096, 1000, device="cuda")
+    compiled = compile_triton(trace_core(lambda x: aten.mul.Tensor(aten.sum.dim_IntList(x, [1], True), x), x))
+    torch.testing.assert_close(compiled(x), x.sum(1, keepdim=True) * x, rtol=1e-4, atol=1e-3)
+    launcher = compiled.launchers[compiled.kernels[0].name]
+    chosen = launcher.config
+    compiled(x)
+    assert launcher.config == chosen and launcher._variants
