@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import threading
 import traceback
@@ -42,7 +43,17 @@ class Recorder:
         return self.replacements.get(state.f_code)
 
     def names(self) -> list[str]:
-        return [c.co_name for c in self.seen]
+        """Names of the hooked frames of this test file.
+
+        Other non-stdlib frames may legitimately be hooked, e.g. an audit hook a site package
+        installs (the GPU machine's image has one, ``_audit_fork_safety``); they are not ours.
+        """
+        return [c.co_name for c in self.seen if c.co_filename == __file__]
+
+    def stdlib_names(self) -> list[str]:
+        """Names of hooked frames from the standard library (there must be none)."""
+        stdlib = os.path.dirname(os.__file__)
+        return [c.co_name for c in self.seen if c.co_filename.startswith(stdlib) and "site-packages" not in c.co_filename]
 
 
 def add_one(x: int) -> int:
@@ -78,6 +89,7 @@ def test_stdlib_frames_are_skipped() -> None:
         json.dumps({"a": [1, 2]}, indent=1)
         add_one(1)
     assert rec.names() == ["add_one"]
+    assert rec.stdlib_names() == []
     assert framehook.get_code_skip(json.dumps.__code__) is True
     assert framehook.get_code_skip(add_one.__code__) is False
 

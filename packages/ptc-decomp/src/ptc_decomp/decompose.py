@@ -195,7 +195,7 @@ def _replay_call(node: torch.fx.Node, env: dict[torch.fx.Node, Any], rewriter: _
     if not isinstance(node.target, torch._ops.OpOverload):
         # operator.getitem on multi-output ops and arithmetic on (concrete) sizes.
         return node.target(*args, **kwargs)  # type: ignore[operator]
-    last = next(reversed(rewriter.graph.nodes), None)
+    last = next(iter(reversed(rewriter.graph.nodes)), None)  # torch 2.11: reversed() gives a list view, not an iterator
     decomposed = not rewriter.ops.in_set(node.target) and node.target not in rewriter.keep
     try:
         result = rewriter.dispatch(node.target, tuple(args), dict(kwargs))
