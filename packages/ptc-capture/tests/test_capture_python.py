@@ -258,3 +258,17 @@ def test_python_construct_needs_no_break(fn):
 def test_requires_grad_input_backward():
     compiled = ptc_capture.optimize("eager")(_no_grad_fn)
     compare_with_eager(compiled, _no_grad_fn, torch.randn(2, 3, requires_grad=True), grads=True)
+
+
+def _skips_work_under_jit_trace(x):
+    y = x + 1
+    if torch.jit.is_tracing():  # transformers' is_tracing() probes this on every forward
+        return y
+    return y * 2
+
+
+def test_jit_is_tracing_folds_without_a_break():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_skips_work_under_jit_trace)
+    compare_with_eager(compiled, _skips_work_under_jit_trace, torch.randn(3))
+    assert backend.count == 1

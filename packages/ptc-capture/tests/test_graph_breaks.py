@@ -199,3 +199,38 @@ def test_break_in_frame_with_cells_resumes(fn, graphs):
     assert backend.count == graphs
     report = ptc_capture.explain(fn)(torch.randn(3))
     assert report.graph_break_count == 1 and report.graph_count == graphs
+
+
+@ptc_capture.disable
+def _probe_raises(t):
+    raise RuntimeError("no accelerator here")
+
+
+def _return_probe_inside_try(x):
+    y = x + 1
+    try:
+        return _probe_raises(y)  # the try block ends at this call: its resume offset is outside
+    except RuntimeError:
+        return y * 2
+
+
+def test_break_at_call_that_raises_inside_try_is_caught_by_the_frame():
+    # transformers' is_cuda_stream_capturing() probes a CUDA-only function inside try/except;
+    # the probe must raise inside the frame's handler, as in eager, not from the runner.
+    compiled = ptc_capture.optimize("eager")(_return_probe_inside_try)
+    for _ in range(2):
+        compare_with_eager(compiled, _return_probe_inside_try, torch.randn(3))
+
+
+def _tensor_passes_through_break(x, scale):
+    y = x if scale > 0 else -x  # no tensor op before the break: y is the input itself
+    print(end="")
+    return y.sin() * scale
+
+
+def test_break_after_no_tensor_ops_compiles_no_empty_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_tensor_passes_through_break)
+    for _ in range(2):
+        compare_with_eager(compiled, _tensor_passes_through_break, torch.randn(3), 2.0)
+    assert backend.count == 1, "only the part after the break has tensor operations"

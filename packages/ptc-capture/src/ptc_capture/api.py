@@ -84,7 +84,15 @@ class FrameCallback:
             code, frame.f_locals, frame.f_globals, frame.f_builtins, closure, self.backend, fullgraph=self.fullgraph, config=config
         )
         with cache.lock:
+            pure_before = any(e.owner is self and e.capture.sees_no_tensors for e in cache.entries)
             cache.entries.append(CacheEntry(capture.check, capture.replacement, self, capture))
+            if capture.sees_no_tensors and pure_before:
+                # A second miss of a frame that never touched a tensor (a config's __getattribute__,
+                # guarded on each attribute name) would recompile per call site for nothing: every
+                # capture of it runs eagerly anyway. Skip it, as after the recompile limit but
+                # silently; reset() hooks it again.
+                cache.exhausted = True
+                framehook.set_code_skip(code, True)
         if self.record is not None:
             self.record(capture)
         return capture.replacement

@@ -21,7 +21,7 @@ from ptc_capture.errors import CaptureInternalError, GraphBreakError
 from ptc_capture.guards import Guard, Source, compile_guards
 from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
 from ptc_capture.logs import channel
-from ptc_capture.resume import NATIVE, make_resume_code, resume_parameters
+from ptc_capture.resume import NATIVE, in_try_block, make_resume_code, resume_parameters
 from ptc_capture.runner import BreakPlan, build_runner, make_replacement
 from ptc_capture.variables import Var
 
@@ -62,6 +62,8 @@ class Capture:
     runner: Callable[..., Any] | None = None
     breaks: list[BreakRecord] = field(default_factory=list)
     eager_reason: str | None = None
+    sees_no_tensors: bool = False
+    """The frame ran without reading or making any tensor (pure Python: config reads, helpers)."""
 
 
 def _new_state(config: Config, f_globals: dict[str, Any], f_builtins: dict[str, Any], closure: tuple[Any, ...]) -> CaptureState:
@@ -111,6 +113,12 @@ def capture_frame(
         inst = _breaking_instruction(root)
         if inst is None or inst.opname not in NATIVE:
             return _eager(state, code, record, f"cannot resume after {inst.opname if inst else '?'}")
+        if in_try_block(code, inst.offset):
+            # The runner runs the breaking instruction natively, outside the frame and so outside
+            # its handlers: an exception it raises (a `try: return probe() except: ...` fallback)
+            # would escape instead of being caught. Checking the resume offsets alone misses the
+            # case where the try block ends at the break, as with `return` inside `try`.
+            return _eager(state, code, record, "a graph break inside a try block is not supported yet")
         retry_state = _new_state(config, f_globals, f_builtins, cells)
         retry = _root_frame(retry_state, code, f_locals)
         retry.stop_at = inst.offset
@@ -233,15 +241,24 @@ def _finish(
     compiled = None
     examples = [state.keepalive_tensor(v) for v in state.graph.input_vars]
     if state.graph.op_count or outputs:
-        if not state.graph.op_count and all(v.node is not None and v.node.op == "placeholder" for v in outputs) and plan is None and not state.side_effects.log:
+        passthrough = not state.graph.op_count and all(v.node is not None and v.node.op == "placeholder" for v in outputs)
+        if passthrough and plan is None and not state.side_effects.log:
             return Capture(code.co_qualname, guards, check, breaks=breaks, eager_reason="no tensor operations")
         state.graph.output(outputs)
         gm = state.graph.module()
-        if _graph_log.isEnabledFor(logging.DEBUG):
-            _graph_log.debug("graph of %s:\n%s", code.co_qualname, gm.code)
-        compiled = backend(gm, examples)
+        if passthrough:
+            # Inputs only carried to a break or a side effect: there is nothing for the backend
+            # to compile (and no graph to count), so the runner picks them out with the FX
+            # module's own forward.
+            compiled = gm.forward
+            gm = None
+        else:
+            if _graph_log.isEnabledFor(logging.DEBUG):
+                _graph_log.debug("graph of %s:\n%s", code.co_qualname, gm.code)
+            compiled = backend(gm, examples)
     elif plan is None and not state.side_effects.log:
-        return Capture(code.co_qualname, guards, check, breaks=breaks, eager_reason="no tensor operations")
+        no_tensors = not state.graph.input_vars and not breaks
+        return Capture(code.co_qualname, guards, check, breaks=breaks, eager_reason="no tensor operations", sees_no_tensors=no_tensors)
     runner = build_runner(
         code, state.f_globals, state.f_builtins, compiled, list(state.graph.input_sources), outputs,
         list(state.side_effects.log), result, plan,

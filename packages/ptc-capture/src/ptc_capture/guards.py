@@ -24,7 +24,9 @@ _log = channel("guards")
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/item/reduce.
+    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/reduce.
+
+    ``raw_attr`` reads ``object.__getattribute__(base, name)``, past any custom __getattribute__.
 
     ``reduce`` reads ``base.__reduce__()``: how a list/tuple/range iterator passed to a resume
     function exposes its sequence and position without being advanced.
@@ -74,6 +76,13 @@ def _attr(s: Source, names: _Names) -> str:
     return f"getattr({source_expr(s.base, names)}, {s.name!r})"
 
 
+def _raw_attr(s: Source, names: _Names) -> str:
+    # object.__getattribute__ bypasses a class's own __getattribute__, which may translate or
+    # refuse names (transformers' configs do both); the source must read what the trace read.
+    assert s.base is not None
+    return f"object.__getattribute__({source_expr(s.base, names)}, {s.name!r})"
+
+
 def _item(s: Source, names: _Names) -> str:
     assert s.base is not None
     return f"{source_expr(s.base, names)}[{s.name!r}]"
@@ -91,6 +100,7 @@ _SOURCE_EXPR: dict[str, Callable[[Source, _Names], str]] = {
     "builtin": _builtin,
     "closure": _closure,
     "attr": _attr,
+    "raw_attr": _raw_attr,
     "item": _item,
 }
 

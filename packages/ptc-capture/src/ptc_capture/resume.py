@@ -25,7 +25,10 @@ from ptc_capture.bytecode.exceptiontable import ExceptionTableEntry, decode_exce
 from ptc_capture.interpreter.state import Unsupported
 from ptc_capture.logs import channel
 
-__all__ = ["NATIVE", "NULL_MARK", "GradModeExit", "Native", "make_resume_code", "native_step", "resume_parameters", "strip_nulls"]
+__all__ = [
+    "NATIVE", "NULL_MARK", "GradModeExit", "Native", "in_try_block", "make_resume_code", "native_step",
+    "resume_parameters", "strip_nulls",
+]  # fmt: skip
 
 PY312 = sys.version_info >= (3, 12)
 _log = channel("bytecode")
@@ -69,6 +72,14 @@ def _is_with_handler(code: types.CodeType, target: int) -> bool:
     return names == ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]
 
 
+def in_try_block(code: types.CodeType, offset: int) -> bool:
+    """Whether the instruction at byte ``offset`` is guarded by a try block's handler (with-blocks do not count)."""
+    for entry in decode_exception_table(code.co_exceptiontable):
+        if entry.start <= offset < entry.end and not _is_with_handler(code, entry.target):
+            return True
+    return False
+
+
 def resume_parameters(code: types.CodeType) -> tuple[str, ...]:
     """The leading parameters of a resume function of ``code``: its locals, then its cell variables."""
     return code.co_varnames + tuple(c for c in code.co_cellvars if c not in code.co_varnames)
@@ -82,9 +93,8 @@ def make_resume_code(
     Its parameters are ``resume_parameters(code)`` (cell variables receive their contents and
     are turned into fresh cells) followed by one per non-NULL stack entry.
     """
-    for entry in decode_exception_table(code.co_exceptiontable):
-        if entry.start <= offset < entry.end and not _is_with_handler(code, entry.target):
-            raise Unsupported("a graph break inside a try block is not supported yet")
+    if in_try_block(code, offset):
+        raise Unsupported("a graph break inside a try block is not supported yet")
     params = resume_parameters(code)
     nstack = stack_nulls.count(False)
     new_varnames = params + _fresh_names(params, nstack)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ptc_capture.guards import Source
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call
@@ -64,13 +65,14 @@ def _stable_module(value: Any) -> bool:
     return isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _STABLE_MODULE_PREFIXES
 
 
-def object_attr(frame: Frame, obj: Var, name: str) -> Var:
-    """The Var of ``obj.<name>`` for modules, objects, functions and classes (read natively)."""
+def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], Any] = getattr) -> Var:
+    """The Var of ``obj.<name>`` for modules, objects, functions and classes (read natively by ``read``)."""
     stored = frame.state.side_effects.load_attr(obj, name)
     if stored is not None:
         return stored
     value = obj.value
-    if isinstance(value, torch.nn.Module):
+    generic = read is not getattr
+    if isinstance(value, torch.nn.Module) and not generic:
         for table in ("_parameters", "_buffers", "_modules"):
             found = value.__dict__.get(table, {})
             if name in found:
@@ -79,7 +81,7 @@ def object_attr(frame: Frame, obj: Var, name: str) -> Var:
                     return const(None, source)
                 return frame.state.wrap(found[name], source)
     try:
-        attr = getattr(value, name)
+        attr = read(value, name)
     except Exception as exc:
         raise Unsupported(f"reading .{name} of a {type(value).__name__} raised {type(exc).__name__}") from exc
     if isinstance(attr, types.MethodType) and attr.__self__ is value and isinstance(attr.__func__, types.FunctionType):
@@ -87,7 +89,9 @@ def object_attr(frame: Frame, obj: Var, name: str) -> Var:
     if _stable_module(value):
         # Functions of torch, math and friends are not expected to be monkey-patched per call.
         return frame.state.wrap(attr, None) if not isinstance(attr, torch.Tensor) else _unsupported_tensor(name)
-    source = obj.source.attr(name) if obj.source is not None else None
+    source = None
+    if obj.source is not None:
+        source = Source("raw_attr", name, obj.source) if generic else obj.source.attr(name)
     if source is None and not isinstance(attr, (types.FunctionType, types.BuiltinFunctionType, type)):
         if isinstance(attr, (int, float, str, bool, type(None), torch.dtype, torch.device)):
             return const(attr)
@@ -156,11 +160,30 @@ def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
         attr = getattr(super(cls.value, self_var.value), name)
     except Exception as exc:
         raise Unsupported(f"super().{name} raised {type(exc).__name__} at trace time") from exc
+    slot = _slot_after(cls.value, type(self_var.value), name)
+    if slot is not None:
+        # super().__getattribute__ in a class that overrides it binds object's C slot; tracing
+        # the slot (rather than giving up on an unknown C function) keeps such classes in graph.
+        return Var("method", slot, items=(self_var,))
     if isinstance(attr, types.MethodType) and isinstance(attr.__func__, types.FunctionType):
         return Var("method", attr.__func__, items=(self_var,))
     if isinstance(attr, torch.Tensor):
         raise Unsupported("a tensor read through super()")
     return frame.state.wrap(attr, None)
+
+
+def _slot_after(cls: Any, instance_type: type, name: str) -> Any:
+    """The C slot that ``super(cls, obj).<name>`` finds when the interpreter has a rule for it, else None."""
+    from ptc_capture.interpreter.calls import BUILTINS
+
+    if not isinstance(cls, type) or cls not in instance_type.__mro__:
+        return None
+    mro = instance_type.__mro__
+    for klass in mro[mro.index(cls) + 1 :]:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return found if type(found) is types.WrapperDescriptorType and id(found) in BUILTINS else None
+    return None
 
 
 @handler("LOAD_SUPER_ATTR")

@@ -339,6 +339,30 @@ def _fold_builtin(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return from_python(fn.value(*[as_const(a, fn.value.__name__) for a in args]))
 
 
+@builtin(torch._C._is_tracing)
+def _is_jit_tracing(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # torch.jit.is_tracing() ends in this C query, which models probe on every forward
+    # (transformers' is_tracing()); breaking on it split every such frame. Its value at capture
+    # time is folded without a guard, so an entry captured outside torch.jit.trace and reused
+    # inside one keeps the not-tracing branch (capturing under torch.jit.trace is unsupported).
+    return const(bool(fn.value()))
+
+
+@builtin(object.__getattribute__)
+def _object_getattribute(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # The generic attribute lookup that a custom __getattribute__ falls back to
+    # (https://docs.python.org/3/reference/datamodel.html#object.__getattribute__): read it
+    # natively on the real object, bypassing the override exactly as eager does.
+    from ptc_capture.interpreter.attrs import object_attr
+
+    if len(args) != 2 or kwargs or args[0].kind not in ("object", "module"):
+        raise Unsupported("object.__getattribute__ on a value without a real object")
+    name = as_const(args[1], "an attribute name")
+    if not isinstance(name, str):
+        raise Unsupported("object.__getattribute__ with a non-string name (TypeError in eager)")
+    return object_attr(frame, args[0], name, object.__getattribute__)
+
+
 def register_is_compiling(function: Any) -> None:
     """Make ``function()`` trace as True (ptc_capture.is_compiling)."""
     BUILTINS[id(function)] = lambda frame, fn, args, kwargs: const(True)

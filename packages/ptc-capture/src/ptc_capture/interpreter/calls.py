@@ -376,6 +376,10 @@ def _call_const(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) 
 def _call_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     self_var = fn.items[0]
     func = fn.value
+    builtin = BUILTINS.get(id(func))
+    if builtin is not None:
+        # A C slot bound through super() (see attrs.super_attr): its rule takes self first.
+        return builtin(frame, const(func), [self_var, *args], kwargs)
     if getattr(func, DISABLED_ATTR, False):
         raise Unsupported(f"{func.__qualname__} is marked ptc_capture.disable")
     source = None
