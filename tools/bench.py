@@ -243,7 +243,11 @@ def _run_one(workload: str, impl: str, args: argparse.Namespace) -> dict[str, An
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
             return dict(json.loads(line))
-    reason = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    lines = proc.stderr.strip().splitlines() or ["no output"]
+    # The exception line, not CUDA's trailing advice ("Compile with TORCH_USE_CUDA_DSA ...").
+    errors = [line for line in lines if not line.startswith(" ") and ("Error" in line or "Exception" in line)]
+    reason = (errors or lines)[-1][:400]
+    print(f"--- {workload} {impl} failed; stderr tail:", *lines[-15:], sep="\n", file=sys.stderr)
     return {"workload": workload, "impl": impl, "error": reason}
 
 

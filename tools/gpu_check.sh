@@ -4,6 +4,8 @@
 # tests marked gpu of every package, then the GPU benchmarks. Logs go to $OUT (three files,
 # within the device tool's limit of eight).
 #   bash tools/gpu_check.sh [tests|bench|all]
+#   bash tools/gpu_check.sh e2e [WORKLOADS]   # ptc.demo, then tools/bench.py on those workloads
+#   bash tools/gpu_check.sh profile WORKLOAD [IMPLS]   # tools/profile_gpu.py's kernel tables
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -16,8 +18,24 @@ export TRITON_INTERPRET=0
 python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())'
 status=0
 
+python3 -m ptc_capture.build_ext 2>&1 | tail -1
+
+if [ "$what" = profile ]; then
+  python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
+  exit "${PIPESTATUS[0]}"
+fi
+
+if [ "$what" = e2e ]; then
+  # End to end: the README's demo, then the eager/torch.compile/ptc table (one process per cell).
+  python3 -m ptc.demo 2>&1 | tail -15 || status=1
+  workloads=${2:-pointwise,softmax,layernorm-residual,gpt-mini-infer,gpt-mini-train}
+  tag=$(echo "$workloads" | tr ',' '-' | cut -c1-40)
+  python3 tools/bench.py --workloads "$workloads" --timeout "${BENCH_TIMEOUT:-150}" \
+    --json "$OUT/bench-$tag.json" --markdown "$OUT/bench-$tag.md" 2>&1 | tail -40 || status=1
+  exit $status
+fi
+
 if [ "$what" != bench ]; then
-  python3 -m ptc_capture.build_ext 2>&1 | tail -2
   for pkg in packages/*/; do
     name=$(basename "$pkg")
     [ -d "$pkg/tests" ] || continue

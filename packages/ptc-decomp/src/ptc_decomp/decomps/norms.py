@@ -44,7 +44,9 @@ def native_layer_norm(
     mean, var = moments(x, dims)
     rstd = aten.rsqrt.default(aten.add.Tensor(var, eps))
     out = _affine(aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd), weight, bias, list(normalized_shape))
-    return cast(out, input.dtype), cast(mean, input.dtype), cast(rstd, input.dtype)
+    # The statistics stay in the opmath dtype, as the meta kernel (so every traced graph) and
+    # the CUDA kernel keep them; eager's CPU kernel alone rounds them to the input dtype.
+    return cast(out, input.dtype), mean, rstd
 
 
 @register_decomposition(aten.native_group_norm.default)

@@ -1,0 +1,89 @@
+"""Where a bench.py workload spends its GPU time under eager and ptc: top kernels, launches per step.
+
+    python tools/profile_gpu.py gpt-mini-infer [--impls eager,ptc] [--rows 25]
+
+Meant for the GPU machine (one lease, one command): it explains a ratio that tools/bench.py
+measured, it does not replace it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tools"), *(str(p) for p in sorted(ROOT.glob("packages/*/src")))]
+
+
+def main() -> None:
+    """Profile each implementation of one workload for a few warm steps and print its kernel table."""
+    import torch
+    from bench import WORKLOADS, _step  # the same workloads and step as the benchmark
+    from torch.profiler import ProfilerActivity, profile
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload")
+    parser.add_argument("--impls", default="eager,ptc")
+    parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--cprofile", action="store_true", help="also print the Python functions the ptc steps spend CPU time in")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    spec = WORKLOADS[args.workload]
+    for impl in args.impls.split(","):
+        model, inputs = spec.build(device, False)
+        if impl == "ptc":
+            import ptc
+
+            model = ptc.compile(model)
+        elif impl == "torch.compile":
+            model = torch.compile(model)
+        for _ in range(3):
+            _step(model, inputs, spec.train)
+        _sync()
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+        with profile(activities=activities) as prof:
+            for _ in range(args.steps):
+                _step(model, inputs, spec.train)
+            _sync()
+        events = prof.key_averages()
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        launches = sum(e.count for e in kernels) / args.steps
+        gpu_ms = sum(e.self_device_time_total for e in kernels) / args.steps / 1e3
+        print(f"===== {args.workload} {impl}: {launches:.0f} kernels/step, {gpu_ms:.3f} ms GPU/step")
+        print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total", row_limit=args.rows, max_name_column_width=70))
+        if args.cprofile:
+            _python_hotspots(model, inputs, spec.train, args.steps * 4, args.rows)
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _python_hotspots(model: Any, inputs: tuple[Any, ...], train: bool, steps: int, rows: int) -> None:
+    """cProfile over warm steps: where the host side of a step goes (launch overhead, guards)."""
+    import cProfile
+    import io
+    import pstats
+
+    from bench import _step
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        _step(model, inputs, train)
+    _sync()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(rows)
+    print(f"----- Python hotspots over {steps} steps (tottime)")
+    print("\n".join(line[:180] for line in out.getvalue().splitlines()))
+
+
+if __name__ == "__main__":
+    main()
