@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import math
 
 import pytest
@@ -225,6 +227,36 @@ def _no_grad_fn(x):
     return y + z
 
 
+def _to_device(x):
+    # .to(device) runs meta to meta at trace time; the graph keeps the real move.
+    return (x * 2).to(x.device) + x.to("cpu", torch.float64).float() + x.cpu()
+
+
+def _slice_builtin(x):
+    keep = slice(1, None)
+    return x[:, keep] * 2
+
+
+def _set_ops(x):
+    names = {"a", "b"}
+    upper = {n.upper() for n in names}
+    return x * len(upper) if "A" in upper and "c" not in names else x
+
+
+def _checks_torch_function(x):
+    if torch.overrides.has_torch_function((x, 2)) or torch.overrides.has_torch_function_unary(x):
+        return x
+    return x * 2 if not torch._C._has_torch_function_variadic(x, None) else x
+
+
+def _two_args(a, b):
+    return a + b
+
+
+def _signature_count(x):
+    return x * len(inspect.signature(_two_args).parameters)
+
+
 CASES = [
     _generator_sum, _iterate_tensor, _unpack_tensor, _defaults_and_kwonly, _lambda,
     _dict_comprehension, _ternary_and_bool_ops, _chained_compare, _while_break, _nested_loops,
@@ -232,6 +264,7 @@ CASES = [
     _functional, _max_min_tensors, _reductions, _star_args, _kwargs_dict,
     _tuple_compare, _zip_enumerate_dict, _is_none_default, _closure_counter, _any_all,
     _dtype_ops, _where_masked, _inplace_ops_chain, _no_grad_fn, _local_import,
+    _to_device, _slice_builtin, _set_ops, _signature_count, _checks_torch_function,
 ]  # fmt: skip
 
 
@@ -272,3 +305,21 @@ def test_jit_is_tracing_folds_without_a_break():
     compiled = ptc_capture.optimize(backend)(_skips_work_under_jit_trace)
     compare_with_eager(compiled, _skips_work_under_jit_trace, torch.randn(3))
     assert backend.count == 1
+
+
+_CALLS = contextvars.ContextVar("calls", default=0)
+
+
+def _skips_bookkeeping_when_compiling(x):
+    if not torch.compiler.is_compiling():  # libraries skip context-variable bookkeeping under compile
+        _CALLS.set(_CALLS.get() + 1)
+    return x * 2
+
+
+def test_torch_compiler_is_compiling_is_true_while_tracing():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_skips_bookkeeping_when_compiling)
+    compare_with_eager(compiled, _skips_bookkeeping_when_compiling, torch.randn(3))
+    assert backend.count == 1
+    report = ptc_capture.explain(_skips_bookkeeping_when_compiling)(torch.randn(3))
+    assert report.graph_break_count == 0, str(report)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -148,3 +150,45 @@ def test_forward_hook_module_runs_eagerly_with_same_result():
     compiled = ptc_capture.optimize("eager")(module)
     compare_with_eager(compiled, module, torch.randn(2, 8))
     assert seen == [torch.Size([2, 16])] * 2
+
+
+def _scale_from_config(func):
+    # transformers-style decorator: reads the wrapped forward's code to decide on a default.
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        if "scale" in func.__code__.co_varnames and "scale" not in kwargs:
+            kwargs["scale"] = self.scale
+        return func(self, *args, **kwargs)
+
+    return wrapper
+
+
+class DecoratedForward(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.scale = 3.0
+
+    @_scale_from_config
+    def forward(self, x, scale=1.0):
+        return self.fc(x) * scale
+
+
+class CallsDecorated(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = DecoratedForward()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def test_decorated_forward_of_a_child_module_reads_its_closure_without_a_break():
+    model = CallsDecorated()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(model)
+    with torch.no_grad():
+        compare_with_eager(compiled, model, torch.randn(2, 4))
+        report = ptc_capture.explain(model)(torch.randn(2, 4))
+    assert backend.count == 1
+    assert report.graph_break_count == 0, str(report)

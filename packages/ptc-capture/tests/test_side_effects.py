@@ -109,3 +109,24 @@ def test_inplace_on_input_matches_eager():
     b.copy_(a)
     torch.testing.assert_close(compiled(a), fn(b))
     torch.testing.assert_close(a, b)
+
+
+class Frozen:
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{name} is read-only")
+
+
+def _bypasses_setattr(x, obj):
+    object.__setattr__(obj, "cached", x * 2)
+    return x + 1
+
+
+def test_object_setattr_on_a_frame_object_is_replayed_past_its_override():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_bypasses_setattr)
+    x = torch.randn(3)
+    obj = Frozen()
+    torch.testing.assert_close(compiled(x, obj), x + 1)
+    torch.testing.assert_close(obj.cached, x * 2)
+    assert backend.count == 1
+    assert ptc_capture.explain(_bypasses_setattr)(x, Frozen()).graph_break_count == 0

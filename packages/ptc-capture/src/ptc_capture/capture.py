@@ -188,6 +188,8 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
             _tensors_in(list(var.box.items[var.box.pos :]), found)
         elif var.kind == "userobj":
             _tensors_in(list(var.box.attrs.values()), found)
+            if var.box.items is not None:
+                _tensors_in(list(var.box.items.items.values()), found)
 
 
 def _check_cells_after(root: Frame, code: types.CodeType, offset: int) -> None:

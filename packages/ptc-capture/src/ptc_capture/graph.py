@@ -71,7 +71,13 @@ class GraphState:
         device = _device_hint(meta_args, meta_kwargs, device or kdevice or torch.device("cpu"))
         if factory:
             meta_kwargs = {**meta_kwargs, "device": "meta"}
-        fn: Callable[..., Any] = getattr(meta_args[0], target) if op == "call_method" else target
+        if op == "call_method" and target in _DEVICE_MOVES:
+            # A meta tensor cannot be copied to a real device; the move is run meta to meta and
+            # the logical device comes from the hint above.
+            target_meta, meta_args, meta_kwargs = _meta_move(target, meta_args, meta_kwargs)
+        else:
+            target_meta = target
+        fn: Callable[..., Any] = getattr(meta_args[0], target_meta) if op == "call_method" else target
         call_args = meta_args[1:] if op == "call_method" else meta_args
         try:
             with torch.set_grad_enabled(grad):
@@ -132,6 +138,25 @@ def _placeholder_name(source: Source, index: int) -> str:
     text = "_".join(reversed(parts))
     clean = "".join(c if c.isalnum() else "_" for c in text).strip("_") or f"input{index}"
     return ("l_" + clean)[:60]
+
+
+_DEVICE_MOVES = ("to", "cpu", "cuda")
+
+
+def _is_device(value: Any) -> bool:
+    return isinstance(value, torch.device) or (
+        isinstance(value, str) and value.split(":")[0] in ("cpu", "cuda", "meta", "xpu", "mps")
+    )
+
+
+def _meta_move(target: str, args: Any, kwargs: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """The meta-tensor stand-in of ``tensor.to(device, ...)``, ``.cpu()`` and ``.cuda()``: devices become meta."""
+    if target in ("cpu", "cuda"):
+        return "to", [args[0], "meta"], {k: v for k, v in kwargs.items() if k != "device"}
+    args = [args[0], *("meta" if _is_device(a) else a for a in args[1:])]
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": "meta"}
+    return target, args, kwargs
 
 
 def _label(op: str, target: Any) -> str:

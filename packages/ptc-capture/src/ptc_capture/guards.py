@@ -7,6 +7,7 @@ the whole guard evaluation of a cached call.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -24,9 +25,11 @@ _log = channel("guards")
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/reduce.
+    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/raw_item/listed/reduce.
 
-    ``raw_attr`` reads ``object.__getattribute__(base, name)``, past any custom __getattribute__.
+    ``raw_attr`` reads ``object.__getattribute__(base, name)``, past any custom __getattribute__;
+    ``raw_item`` reads ``dict.__getitem__(base, key)``, past a dict subclass's own ``__getitem__``;
+    ``listed`` is ``list(base)``: the items of an iterable object that is not an iterator.
 
     ``reduce`` reads ``base.__reduce__()``: how a list/tuple/range iterator passed to a resume
     function exposes its sequence and position without being advanced.
@@ -83,6 +86,17 @@ def _raw_attr(s: Source, names: _Names) -> str:
     return f"object.__getattribute__({source_expr(s.base, names)}, {s.name!r})"
 
 
+def _raw_item(s: Source, names: _Names) -> str:
+    # The dict slot itself, past a dict subclass's own __getitem__ (what super().get reads).
+    assert s.base is not None
+    return f"dict.__getitem__({source_expr(s.base, names)}, {s.name!r})"
+
+
+def _listed(s: Source, names: _Names) -> str:
+    assert s.base is not None
+    return f"list({source_expr(s.base, names)})"
+
+
 def _item(s: Source, names: _Names) -> str:
     assert s.base is not None
     return f"{source_expr(s.base, names)}[{s.name!r}]"
@@ -102,6 +116,8 @@ _SOURCE_EXPR: dict[str, Callable[[Source, _Names], str]] = {
     "attr": _attr,
     "raw_attr": _raw_attr,
     "item": _item,
+    "raw_item": _raw_item,
+    "listed": _listed,
 }
 
 
@@ -202,7 +218,11 @@ def _emit_len(g: Guard, k: Callable[[Any], str]) -> list[str]:
 @_emitter("keys")
 def _emit_keys(g: Guard, k: Callable[[Any], str]) -> list[str]:
     ty, keys = g.expected
-    return [f"if type(v) is not {k(ty)} or list(v) != {k(list(keys))}: return False"]
+    if ty is dict or ty is collections.OrderedDict:
+        return [f"if type(v) is not {k(ty)} or list(v) != {k(list(keys))}: return False"]
+    # A dict subclass may override __iter__/keys; its storage's own key order is what was read.
+    base = collections.OrderedDict if issubclass(ty, collections.OrderedDict) else dict
+    return [f"if type(v) is not {k(ty)} or list({k(base.keys)}(v)) != {k(list(keys))}: return False"]
 
 
 @_emitter("training")

@@ -8,6 +8,7 @@ natively and continues in a resume function.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import types
@@ -82,6 +83,9 @@ class RunnerSource:
             value = var.value
             if value is None or type(value) in (bool, int, str) or (type(value) is float and math.isfinite(value)):
                 return repr(value)
+            if type(value) is set:
+                # A set built in the trace: each run gets its own copy, as each eager run would.
+                return f"set({self.k(value)})"
             return self.k(value)
         if kind == "null":
             return self.k(NULL_MARK)
@@ -118,7 +122,10 @@ class RunnerSource:
             name = self.temp("[" + ", ".join(self.expr(v) for v in var.box.items) + "]")
         elif var.kind == "userobj":
             attrs = "{" + ", ".join(f"{name!r}: {self.expr(v)}" for name, v in var.box.attrs.items()) + "}"
-            name = self.temp(f"{self.k(new_object)}({self.k(var.value)}, {attrs})")
+            items = "None"
+            if var.box.items is not None:
+                items = "[" + ", ".join(f"({self.k(key)}, {self.expr(v)})" for key, v in var.box.items.items.items()) + "]"
+            name = self.temp(f"{self.k(new_object)}({self.k(var.value)}, {attrs}, {items})")
         elif var.kind == "dict":
             name = self.temp("{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}")
         else:
@@ -159,9 +166,10 @@ class RunnerSource:
         if effect.kind == "global":
             assert effect.value is not None
             self.lines.append(f"    G[{effect.name!r}] = {self.expr(effect.value)}")
-        elif effect.kind == "setattr":
+        elif effect.kind in ("setattr", "raw_setattr"):
             assert effect.target is not None and effect.value is not None
-            self.lines.append(f"    setattr({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})")
+            store = "setattr" if effect.kind == "setattr" else "object.__setattr__"
+            self.lines.append(f"    {store}({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})")
         else:
             assert effect.target is not None
             target = self.expr(effect.target)
@@ -173,9 +181,19 @@ class RunnerSource:
                 self.lines.append(f"    {target}.clear(); {target}.update({{{items}}})")
 
 
-def new_object(cls: type, attrs: dict[str, Any]) -> Any:
-    """An instance of ``cls`` with ``attrs`` as its __dict__ (how objects made in a trace are rebuilt)."""
-    obj: Any = object.__new__(cls)
+def new_object(cls: type, attrs: dict[str, Any], items: list[tuple[Any, Any]] | None = None) -> Any:
+    """An instance of ``cls`` with ``attrs`` as its __dict__ (how objects made in a trace are rebuilt).
+
+    ``items`` are the dict contents of a dict subclass, stored through the base dict's own slot
+    so that a class's ``__setitem__`` override (which may refuse or mirror writes) is not run.
+    """
+    if items is None:
+        obj: Any = object.__new__(cls)
+    else:
+        base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
+        obj = dict.__new__(cls)
+        for key, value in items:
+            base.__setitem__(obj, key, value)
     obj.__dict__.update(attrs)
     return obj
 

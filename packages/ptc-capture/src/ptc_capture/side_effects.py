@@ -17,7 +17,8 @@ __all__ = ["Effect", "SideEffects"]
 
 @dataclass(frozen=True, slots=True)
 class Effect:
-    """One mutation: ``kind`` is setattr (target.name = value), global (G[name] = value), or contents."""
+    """One mutation: ``kind`` is setattr (target.name = value), raw_setattr (object.__setattr__, past a
+    class's own __setattr__), global (G[name] = value), or contents."""
 
     kind: str
     target: Var | None
@@ -32,9 +33,9 @@ class SideEffects:
     log: list[Effect] = field(default_factory=list)
     attrs: dict[tuple[int, str], Var] = field(default_factory=dict)
 
-    def store_attr(self, target: Var, name: str, value: Var) -> None:
-        """Record ``target.name = value``; later reads of the attribute in the trace see ``value``."""
-        self.log.append(Effect("setattr", target, name, value))
+    def store_attr(self, target: Var, name: str, value: Var, raw: bool = False) -> None:
+        """Record ``target.name = value`` (``raw``: through object.__setattr__); later reads in the trace see ``value``."""
+        self.log.append(Effect("raw_setattr" if raw else "setattr", target, name, value))
         self.attrs[(id(target.value), name)] = value
 
     def load_attr(self, target: Var, name: str) -> Var | None:

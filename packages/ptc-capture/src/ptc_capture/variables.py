@@ -6,8 +6,9 @@ time), ``null`` (CPython's NULL stack marker), ``tuple``, ``list``/``dict``/``it
 tracing), ``callable`` (builtins, torch functions, classes: handled by the call tables),
 ``module`` (an nn.Module), ``object`` (any other object, read natively), ``method`` (a bound
 method: ``items[0]`` is self), ``tensor_method`` (``value`` is the method name), ``ctx``
-(a grad-mode context manager), ``userobj`` (an instance of a plain Python class created
-while tracing: ``value`` is its class, its attributes are in an ObjBox).
+(a grad-mode context manager), ``userobj`` (an instance of a Python class created while
+tracing: ``value`` is its class, its attributes and, for dict subclasses, its contents are in
+an ObjBox; see interpreter/objects.py).
 """
 
 from __future__ import annotations
@@ -63,9 +64,10 @@ class CellBox:
 
 @dataclass(slots=True, eq=False)
 class ObjBox:
-    """The instance attributes of a plain Python object created while tracing."""
+    """The instance attributes of a Python object created while tracing (``items``: its dict contents, for dict subclasses)."""
 
     attrs: dict[str, Var]
+    items: DictBox | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -10,10 +10,12 @@ from typing import Any
 import torch
 
 from ptc_capture.guards import Source
+from ptc_capture.interpreter.calls import BUILTINS
 from ptc_capture.interpreter.loop import handler
+from ptc_capture.interpreter.objects import store_attr
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call
-from ptc_capture.variables import NULL, Var, const
+from ptc_capture.variables import NULL, DictBox, Var, const
 from ptc_spec import TensorMeta
 
 # Tensor attributes that are static under the guards (shape, dtype, device, requires_grad).
@@ -135,6 +137,12 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
     if name in obj.box.attrs:
         found: Var = obj.box.attrs[name]
         return found
+    if name == "__dict__":
+        # The instance dict itself: the Var shares the ObjBox's attribute table, so writes
+        # through ``obj.__dict__`` are attribute writes.
+        return Var("dict", box=DictBox(obj.box.attrs))
+    if name == "__class__":
+        return frame.state.wrap(obj.value, None)
     for klass in obj.value.__mro__:
         if name in vars(klass):
             attr = vars(klass)[name]
@@ -147,6 +155,9 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
         from ptc_capture.interpreter.calls import inline_function
 
         return inline_function(frame, attr.fget, None, [obj], {})
+    if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)) and id(attr) in BUILTINS:
+        # A C method the class inherits (dict.keys of a dict subclass): its rule takes self first.
+        return Var("method", attr, items=(obj,))
     if isinstance(attr, (staticmethod, classmethod)) or hasattr(attr, "__get__"):
         raise Unsupported(f"descriptor {name!r} of a {obj.value.__name__} object")
     return frame.state.wrap(attr, None)
@@ -154,6 +165,8 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
 
 def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
     """The Var of ``super(cls, self).<name>`` (methods are bound to ``self_var``)."""
+    if self_var.kind == "userobj" and cls.kind in ("callable", "const"):
+        return _userobj_super_attr(cls.value, self_var, name)
     if cls.kind not in ("callable", "const", "object") or self_var.kind not in ("module", "object"):
         raise Unsupported(f"super() over a {self_var.kind}")
     try:
@@ -172,17 +185,29 @@ def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
     return frame.state.wrap(attr, None)
 
 
+def _userobj_super_attr(cls: Any, self_var: Var, name: str) -> Var:
+    mro = self_var.value.__mro__
+    if not isinstance(cls, type) or cls not in mro:
+        raise Unsupported("super() with a class outside the object's MRO (TypeError in eager)")
+    for klass in mro[mro.index(cls) + 1 :]:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            if isinstance(attr, types.FunctionType) or id(attr) in BUILTINS:
+                return Var("method", attr, items=(self_var,))
+            raise Unsupported(f"super().{name} of a {self_var.value.__name__} object")
+    raise Unsupported(f"super() object has no attribute {name!r} (AttributeError in eager)")
+
+
 def _slot_after(cls: Any, instance_type: type, name: str) -> Any:
     """The C slot that ``super(cls, obj).<name>`` finds when the interpreter has a rule for it, else None."""
-    from ptc_capture.interpreter.calls import BUILTINS
-
     if not isinstance(cls, type) or cls not in instance_type.__mro__:
         return None
     mro = instance_type.__mro__
     for klass in mro[mro.index(cls) + 1 :]:
         if name in vars(klass):
             found = vars(klass)[name]
-            return found if type(found) is types.WrapperDescriptorType and id(found) in BUILTINS else None
+            slot_types = (types.WrapperDescriptorType, types.MethodDescriptorType)
+            return found if type(found) in slot_types and id(found) in BUILTINS else None
     return None
 
 
@@ -226,7 +251,7 @@ def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
     obj = frame.pop()
     value = frame.pop()
     if obj.kind == "userobj":
-        obj.box.attrs[inst.argval] = value
+        store_attr(frame, obj, inst.argval, value)
         return
     if obj.kind not in ("module", "object") or obj.source is None:
         raise Unsupported(f"attribute assignment on a {obj.kind} is not supported")

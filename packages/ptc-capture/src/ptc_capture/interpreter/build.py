@@ -34,6 +34,34 @@ def _build_const_key_map(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(Var("dict", box=DictBox(dict(zip(keys, values)))))
 
 
+@handler("BUILD_SET")
+def _build_set(frame: Frame, inst: dis.Instruction) -> None:
+    # Sets hold hashable Python values, so a set built in the trace is a constant (a fresh
+    # object: the runner copies it if it escapes; see RunnerSource.expr).
+    items = frame.popn(iarg(inst))
+    frame.push(const({as_const(v, "a set item") for v in items}))
+
+
+@handler("SET_ADD")
+def _set_add(frame: Frame, inst: dis.Instruction) -> None:
+    value = frame.pop()
+    _set_at(frame, iarg(inst)).add(as_const(value, "a set item"))
+
+
+@handler("SET_UPDATE")
+def _set_update(frame: Frame, inst: dis.Instruction) -> None:
+    values = sequence_items(frame, frame.pop())
+    _set_at(frame, iarg(inst)).update(as_const(v, "a set item") for v in values)
+
+
+def _set_at(frame: Frame, depth: int) -> set[object]:
+    target = frame.stack[-depth]
+    if target.kind != "const" or type(target.value) is not set:
+        raise Unsupported(f"adding to a {target.kind} that is not a set built in the trace")
+    found: set[object] = target.value
+    return found
+
+
 @handler("BUILD_SLICE")
 def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
     parts = frame.popn(iarg(inst))

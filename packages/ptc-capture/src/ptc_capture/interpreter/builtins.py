@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import inspect
 import operator
 import types
 from collections.abc import Callable
@@ -70,6 +72,10 @@ def _len(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         return const(len(value.box.items))
     if value.kind == "module":
         return const(len(value.value))
+    if value.kind == "userobj":
+        from ptc_capture.interpreter.objects import call_slot
+
+        return call_slot(frame, value, "__len__", [])
     return const(len(as_const(value, "len()")))
 
 
@@ -105,6 +111,8 @@ def _getattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         except Unsupported:
             if args[0].kind in ("module", "object") and not hasattr(args[0].value, name):
                 return args[2]
+            if args[0].kind == "userobj" and not truth(_hasattr(frame, fn, args[:2], {})):
+                return args[2]
             raise
     return load_attr(frame, args[0], name)
 
@@ -117,6 +125,12 @@ def _hasattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         return const(hasattr(torch.Tensor, name) or name in ("shape", "dtype", "device"))
     if obj.kind in ("module", "object", "function", "callable", "const"):
         return const(hasattr(obj.value, name))
+    if obj.kind == "userobj":
+        from ptc_capture.interpreter.objects import class_attr
+
+        if class_attr(obj.value, "__getattr__") is not None:
+            raise Unsupported(f"hasattr on a {obj.value.__name__} object with __getattr__")
+        return const(name in obj.box.attrs or name == "__dict__" or class_attr(obj.value, name) is not None)
     raise Unsupported(f"hasattr on a {obj.kind}")
 
 
@@ -363,9 +377,87 @@ def _object_getattribute(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> V
     return object_attr(frame, args[0], name, object.__getattribute__)
 
 
+def _overrides_torch_function(var: Var) -> bool:
+    kind = var.kind
+    if kind == "tensor":
+        return False  # only plain Tensor and Parameter reach the trace (subclasses break)
+    if kind == "tuple":
+        return any(_overrides_torch_function(v) for v in var.items)
+    if kind == "list":
+        return any(_overrides_torch_function(v) for v in var.box.items)
+    if kind in ("const", "callable", "function", "module", "object"):
+        # As the C check: any __torch_function__ on a non-tensor type except the disabled one.
+        method = inspect.getattr_static(type(var.value), "__torch_function__", None)
+        method = getattr(method, "__func__", method)
+        return method is not None and method is not torch._C._disabled_torch_function_impl
+    raise Unsupported(f"__torch_function__ override check on a {kind}")
+
+
+@builtin(torch._C._has_torch_function, torch._C._has_torch_function_unary, torch._C._has_torch_function_variadic)
+def _has_torch_function(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # The dispatch check that functional code runs before every op: answered from the Vars'
+    # types (torch.overrides.has_torch_function is this C function).
+    return const(any(_overrides_torch_function(a) for a in args))
+
+
+@builtin(slice)
+def _slice(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(slice(*[as_const(a, "a slice bound") for a in args]))
+
+
+def _class_of(var: Var) -> type:
+    """The class whose dataclass fields describe ``var`` (a class or an instance)."""
+    if var.kind in ("const", "callable") and isinstance(var.value, type):
+        return var.value
+    return python_type(var)
+
+
+@builtin(dataclasses.fields)
+def _dataclass_fields(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # Fields are class-level metadata (fixed when @dataclass ran), so they fold to constants
+    # whatever the instance holds; an instance made in the trace has no real object to ask.
+    try:
+        found = dataclasses.fields(_class_of(args[0]))
+    except TypeError as exc:
+        raise Unsupported("dataclasses.fields() of a non-dataclass (TypeError in eager)") from exc
+    return Var("tuple", tuple, items=tuple(const(f) for f in found))
+
+
+@builtin(dataclasses.is_dataclass)
+def _is_dataclass(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    return const(dataclasses.is_dataclass(_class_of(args[0])))
+
+
+@builtin(inspect.signature)
+def _signature(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # A signature is computed from the code object and defaults, which the trace already
+    # relies on when it inlines the function; bound methods drop their first parameter.
+    target = args[0]
+    options = {k: as_const(v, "a signature option") for k, v in kwargs.items()}
+    if target.kind not in ("method", "function", "callable", "const"):
+        raise Unsupported(f"inspect.signature of a {target.kind}")
+    value: Any = target.value
+    if target.source is not None and isinstance(value, types.FunctionType):
+        # Defaults are part of the signature; the code object is guarded with the function.
+        frame.state.wrap(value.__defaults__, target.source.attr("__defaults__"))
+        frame.state.wrap(value.__kwdefaults__, target.source.attr("__kwdefaults__"))
+    if target.kind == "method":
+        # Bound to a stand-in: the signature of a bound method drops its first parameter.
+        value = types.MethodType(value, object())
+    try:
+        return const(inspect.signature(value, **options))
+    except (TypeError, ValueError) as exc:
+        raise Unsupported(f"inspect.signature raised {type(exc).__name__} at trace time") from exc
+
+
 def register_is_compiling(function: Any) -> None:
     """Make ``function()`` trace as True (ptc_capture.is_compiling)."""
     BUILTINS[id(function)] = lambda frame, fn, args, kwargs: const(True)
 
+
+# torch.compiler.is_compiling() is documented as the switch libraries use to take their
+# compile-friendly path (skipping context-variable bookkeeping and data-dependent checks); a
+# ptc trace is such a compile, so the traced code takes that path.
+register_is_compiling(torch.compiler.is_compiling)
 
 __all__ = ["builtin", "python_type", "register_is_compiling"]

@@ -20,7 +20,6 @@ from ptc_capture.variables import (
     CellBox,
     DictBox,
     IterBox,
-    ObjBox,
     Var,
     const,
 )
@@ -290,40 +289,22 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         return call_module(frame, fn, args, kwargs)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__") if fn.source else None)
-        return inline_function(frame, value.__func__, None, [self_var, *args], kwargs)
+        func_source = fn.source.attr("__func__") if fn.source else None
+        return inline_function(frame, value.__func__, func_source, [self_var, *args], kwargs)
     name = getattr(value, "__qualname__", None) or type(value).__name__
     if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields"):
         return _make_namedtuple(value, args, kwargs)
-    if isinstance(value, type) and _plain_class(value):
-        return _construct(frame, value, args, kwargs)
+    if isinstance(value, type):
+        from ptc_capture.interpreter.objects import construct, constructible
+
+        if constructible(value):
+            return construct(frame, value, args, kwargs)
     if isinstance(value, type):
         raise Unsupported(f"constructing {name} objects is not supported yet")
     call_impl = next((k.__dict__["__call__"] for k in type(value).__mro__ if "__call__" in k.__dict__), None)
     if isinstance(call_impl, types.FunctionType) and fn.source is not None:
         return inline_function(frame, call_impl, None, [fn, *args], kwargs)
     raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
-
-
-def _plain_class(cls: type) -> bool:
-    # Instances we can model as an attribute dict: default __new__, a __dict__, no metaclass
-    # magic, and not a torch type (tensors and modules have their own state).
-    return (
-        getattr(cls, "__new__", None) is object.__new__
-        and type(cls) is type
-        and "__slots__" not in vars(cls)
-        and not (cls.__module__ or "").startswith("torch")
-        and isinstance(getattr(cls, "__init__", None), types.FunctionType)
-        and getattr(cls, "__setattr__", None) is object.__setattr__
-        and getattr(cls, "__getattribute__", None) is object.__getattribute__
-    )
-
-
-def _construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    obj = Var("userobj", cls, box=ObjBox({}))
-    result = inline_function(frame, cls.__init__, None, [obj, *args], kwargs)  # type: ignore[misc]
-    if not (result.kind == "const" and result.value is None):
-        raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
-    return obj
 
 
 def _make_namedtuple(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -361,7 +342,7 @@ def _call_userobj(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]
 def _call_const(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     value = fn.value
     if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and isinstance(
-        getattr(value, "__self__", None), (str, int, float, tuple, bytes, torch.dtype, torch.device)
+        getattr(value, "__self__", None), (str, int, float, tuple, bytes, frozenset, set, torch.dtype, torch.device)
     ):
         values = [as_const(a, "an argument") for a in args]
         kw = {k: as_const(v, "an argument") for k, v in kwargs.items()}
@@ -445,7 +426,10 @@ def call_module(frame: Frame, module_var: Var, args: list[Var], kwargs: dict[str
         replaced = call(frame, hook, [module_var, Var("tuple", tuple, items=tuple(args))], {})
         if not (replaced.kind == "const" and replaced.value is None):
             args = list(replaced.items) if replaced.kind == "tuple" else [replaced]
-    out = inline_function(frame, forward, None, [module_var, *args], kwargs)
+    # Read through the class so a decorated forward's closure (the wrapped function, read by
+    # wrappers as ``func.__code__``) has a source to guard.
+    source = module_var.source.attr("__class__").attr("forward") if module_var.source is not None else None
+    out = inline_function(frame, forward, source, [module_var, *args], kwargs)
     for hook in _hooks(frame, module_var, "_forward_hooks"):
         replaced = call(frame, hook, [module_var, Var("tuple", tuple, items=tuple(args)), out], {})
         if not (replaced.kind == "const" and replaced.value is None):

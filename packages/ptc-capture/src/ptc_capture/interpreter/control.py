@@ -24,11 +24,11 @@ def _is_none(var: Var) -> bool:
 
 
 # POP_JUMP_* names differ between 3.11 (FORWARD/BACKWARD variants) and 3.12; the test is the same.
-_POP_JUMP_TESTS: dict[str, Callable[[Var], bool]] = {
-    "IF_TRUE": lambda v: truth(v),
-    "IF_FALSE": lambda v: not truth(v),
-    "IF_NONE": _is_none,
-    "IF_NOT_NONE": lambda v: not _is_none(v),
+_POP_JUMP_TESTS: dict[str, Callable[[Var, Frame], bool]] = {
+    "IF_TRUE": lambda v, f: truth(v, f),
+    "IF_FALSE": lambda v, f: not truth(v, f),
+    "IF_NONE": lambda v, f: _is_none(v),
+    "IF_NOT_NONE": lambda v, f: not _is_none(v),
 }
 
 
@@ -47,7 +47,7 @@ def _pop_jump_test(opname: str) -> str:
 )  # fmt: skip
 def _pop_jump(frame: Frame, inst: dis.Instruction) -> None:
     value = frame.stack[-1]
-    taken = _POP_JUMP_TESTS[_pop_jump_test(inst.opname)](value)
+    taken = _POP_JUMP_TESTS[_pop_jump_test(inst.opname)](value, frame)
     frame.pop()
     if taken:
         frame.jump(inst.argval)
@@ -55,7 +55,7 @@ def _pop_jump(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP")
 def _jump_or_pop(frame: Frame, inst: dis.Instruction) -> None:
-    value = truth(frame.stack[-1])
+    value = truth(frame.stack[-1], frame)
     if value == inst.opname.startswith("JUMP_IF_TRUE"):
         frame.jump(inst.argval)
     else:

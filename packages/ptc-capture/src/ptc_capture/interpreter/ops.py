@@ -148,6 +148,13 @@ def contains(frame: Frame, item: Var, container: Var) -> bool:
             if same:
                 return True
         return False
+    if container.kind == "userobj":
+        from ptc_capture.interpreter.objects import call_slot, has_slot, iterate
+
+        if has_slot(container, "__contains__"):
+            return truth(call_slot(frame, container, "__contains__", [item]), frame)
+        # Without __contains__, ``in`` walks the iteration (the data model's fallback).
+        return contains(frame, item, Var("tuple", tuple, items=tuple(iterate(frame, container))))
     if container.kind == "tensor" or item.kind == "tensor":
         raise Unsupported("membership test on a tensor")
     return bool(as_const(item, "in") in as_const(container, "in"))
@@ -181,7 +188,7 @@ def _unary(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("UNARY_NOT")
 def _unary_not(frame: Frame, inst: dis.Instruction) -> None:
-    frame.push(const(not truth(frame.pop())))
+    frame.push(const(not truth(frame.pop(), frame)))
 
 
 @handler("CALL_INTRINSIC_1")
@@ -230,6 +237,10 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
                     source = obj.source.attr("_modules").item(name) if obj.source else None
                     return frame.state.wrap(child, source)
         raise Unsupported("slicing a module container is not supported")
+    if kind == "userobj":
+        from ptc_capture.interpreter.objects import call_slot
+
+        return call_slot(frame, obj, "__getitem__", [index])
     if kind == "object" and index.kind == "const" and obj.source is not None:
         try:
             value = obj.value[index.value]
@@ -277,6 +288,11 @@ def setitem(frame: Frame, obj: Var, index: Var, value: Var) -> None:
             raise Unsupported(f"list assignment raised {type(exc).__name__} at trace time") from exc
     elif obj.kind == "dict":
         obj.box.items[as_const(index, "a dict key")] = value
+    elif obj.kind == "userobj":
+        from ptc_capture.interpreter.objects import call_slot
+
+        call_slot(frame, obj, "__setitem__", [index, value])
+        return
     else:
         raise Unsupported(f"item assignment on a {obj.kind} is not supported")
     if obj.source is not None:

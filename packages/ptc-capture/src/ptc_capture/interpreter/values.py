@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections.abc
 import operator
 from typing import Any
 
 import torch
 
 from ptc_capture.graph import MetaFailure
+from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
@@ -55,8 +57,11 @@ def as_const(var: Var, what: str) -> Any:
         raise Unsupported(f"{what} needs a Python value but got a {var.kind}") from None
 
 
-def truth(var: Var) -> bool:
-    """bool(var) at trace time; a graph break for tensors (data-dependent control flow)."""
+def truth(var: Var, frame: Frame | None = None) -> bool:
+    """bool(var) at trace time; a graph break for tensors (data-dependent control flow).
+
+    ``frame`` is needed for objects made in the trace whose class defines ``__bool__``/``__len__``.
+    """
     kind = var.kind
     if kind == "tensor":
         raise Unsupported("data-dependent control flow: the truth value of a tensor decides a branch")
@@ -68,6 +73,10 @@ def truth(var: Var) -> bool:
         return True
     if is_python_value(var):
         return bool(python_value(var))
+    if kind == "userobj":
+        from ptc_capture.interpreter.objects import userobj_truth
+
+        return userobj_truth(frame, var)
     raise Unsupported(f"truth value of a {kind} is not supported")
 
 
@@ -102,7 +111,39 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
         for name, child in var.value._modules.items():
             children.append(frame.state.wrap(child, base.attr("_modules").item(name) if base else None))
         return children
+    if kind == "userobj":
+        from ptc_capture.interpreter.objects import iterate
+
+        return iterate(frame, var)
+    if kind == "object" and var.source is not None and _reiterable(var.value):
+        return _listed_items(frame, var)
     raise Unsupported(f"iteration over a {kind} ({type(var.value).__name__}) is not supported")
+
+
+_CONTAINER_ABCS = (collections.abc.Sequence, collections.abc.Set, collections.abc.Mapping, collections.abc.MappingView)
+
+
+def _reiterable(value: Any) -> bool:
+    # A container (or a view over one) that is not its own iterator: iterating it again, as
+    # the guards do, gives the same items without consuming anything. Other iterables (data
+    # loaders, streams) may load or consume on iteration and are left to a graph break.
+    ty = type(value)
+    return (
+        isinstance(value, _CONTAINER_ABCS)
+        and not hasattr(ty, "__next__")
+        and not (ty.__module__ or "").startswith("torch")
+    )
+
+
+def _listed_items(frame: Frame, var: Var) -> list[Var]:
+    assert var.source is not None
+    try:
+        values = list(var.value)
+    except Exception as exc:
+        raise Unsupported(f"iterating a {type(var.value).__name__} raised {type(exc).__name__} at trace time") from exc
+    listed = Source("listed", None, var.source)
+    frame.state.guards.add(Guard("len", listed, (list, len(values))))
+    return [frame.state.wrap(v, listed.item(i)) for i, v in enumerate(values)]
 
 
 def graph_call(

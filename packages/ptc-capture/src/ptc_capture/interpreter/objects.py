@@ -1,0 +1,257 @@
+"""Instances of user classes in the trace: construction, slots (``__setattr__``, ``__getitem__``,
+``__len__``, ``__iter__``, ``__bool__``) and the dict storage of dict subclasses.
+
+An instance made while tracing is a ``userobj`` Var: its class in ``value``, its instance
+attributes in an ObjBox, and for subclasses of dict/OrderedDict (dataclass-style model outputs)
+the dict contents in ``ObjBox.items``. The C slots its methods reach through ``super()``
+(``object.__setattr__``, ``dict.__setitem__``, ``dict.get`` ...) have rules in the BUILTINS table,
+which also serve dict subclasses read from the frame (with a source) and plain dicts.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ptc_capture.guards import Guard, Source
+from ptc_capture.interpreter.calls import BUILTINS, Caller, inline_function
+from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.values import as_const, sequence_items
+from ptc_capture.variables import DictBox, IterBox, ObjBox, Var, const
+
+__all__ = [
+    "call_slot", "class_attr", "construct", "constructible", "dict_base", "has_slot", "iterate", "store_attr",
+    "userobj_truth",
+]  # fmt: skip
+
+_DICT_BASES = (collections.OrderedDict, dict)
+
+
+def dict_base(cls: type) -> type | None:
+    """The dict type (OrderedDict or dict) whose storage instances of ``cls`` use, or None."""
+    for klass in cls.__mro__:
+        if klass in _DICT_BASES:
+            return klass
+    return None
+
+
+def class_attr(cls: type, name: str) -> Any:
+    """``name`` as found on the class (MRO order, no descriptors bound), or None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return vars(klass)[name]
+    return None
+
+
+def constructible(cls: type) -> bool:
+    """True when instances of ``cls`` can be modelled as a userobj: default allocation, no attribute-read hooks."""
+    # ABCMeta only adds the abstract-method check at instantiation; classes with abstract
+    # methods left raise TypeError in eager and are refused here.
+    if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None):
+        return False
+    # Empty __slots__ (abc.ABC's) add no slot descriptors; non-empty ones would need modelling.
+    if (cls.__module__ or "").startswith("torch") or any(vars(k).get("__slots__") for k in cls.__mro__[:-1]):
+        return False
+    new = getattr(cls, "__new__", None)
+    if not (new is object.__new__ or (new is dict.__new__ and dict_base(cls) is not None)):
+        return False
+    init = getattr(cls, "__init__", None)
+    if not (isinstance(init, types.FunctionType) or (init is object.__init__ and new is object.__new__)):
+        return False
+    setter = getattr(cls, "__setattr__", None)
+    # dict's own __getattribute__ slot is the generic lookup too.
+    return getattr(cls, "__getattribute__", None) in (object.__getattribute__, dict.__getattribute__) and (
+        setter is object.__setattr__ or isinstance(setter, types.FunctionType)
+    )
+
+
+def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Trace ``cls(*args, **kwargs)``: a fresh userobj, then ``__init__`` inlined."""
+    storage = DictBox({}) if dict_base(cls) is not None else None
+    obj = Var("userobj", cls, box=ObjBox({}, storage))
+    init = class_attr(cls, "__init__")
+    if init is object.__init__:
+        if args or kwargs:
+            raise Unsupported(f"{cls.__name__}() takes no arguments (TypeError in eager)")
+        return obj
+    result = inline_function(frame, init, None, [obj, *args], kwargs)
+    if not (result.kind == "const" and result.value is None):
+        raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
+    return obj
+
+
+def has_slot(obj: Var, name: str) -> bool:
+    """True when the class of a userobj defines ``name`` (other than object's own)."""
+    found = class_attr(obj.value, name)
+    return found is not None and found is not getattr(object, name, None)
+
+
+def call_slot(frame: Frame, obj: Var, name: str, args: list[Var]) -> Var:
+    """Trace ``type(obj).<name>(obj, *args)`` for a userobj: inline Python code, or apply the C slot's rule."""
+    found = class_attr(obj.value, name)
+    if isinstance(found, types.FunctionType):
+        return inline_function(frame, found, None, [obj, *args], {})
+    rule = BUILTINS.get(id(found))
+    if rule is not None:
+        return rule(frame, const(found), [obj, *args], {})
+    raise Unsupported(f"{obj.value.__name__}.{name} is not supported")
+
+
+def store_attr(frame: Frame, obj: Var, name: str, value: Var) -> None:
+    """Trace ``obj.<name> = value`` on a userobj, through its class's ``__setattr__``."""
+    setter = class_attr(obj.value, "__setattr__")
+    if setter is object.__setattr__:
+        obj.box.attrs[name] = value
+    elif isinstance(setter, types.FunctionType):
+        inline_function(frame, setter, None, [obj, const(name), value], {})
+    else:
+        raise Unsupported(f"{obj.value.__name__}.__setattr__ is not supported")
+
+
+def userobj_truth(frame: Frame | None, obj: Var) -> bool:
+    """bool(obj) for a userobj: ``__bool__``, else ``__len__``, else True (the data model's order)."""
+    from ptc_capture.interpreter.values import truth
+
+    for name in ("__bool__", "__len__"):
+        if has_slot(obj, name) or (name == "__len__" and obj.box.items is not None):
+            if frame is None:
+                raise Unsupported(f"truth value of a {obj.value.__name__} object here")
+            return truth(call_slot(frame, obj, name, []), frame)
+    return True
+
+
+def _storage(frame: Frame, var: Var) -> tuple[DictBox, bool]:
+    """The dict contents behind ``var`` and whether the trace may change them."""
+    if var.kind == "dict":
+        return var.box, True
+    if var.kind == "userobj" and var.box.items is not None:
+        return var.box.items, True
+    if var.kind == "object" and isinstance(var.value, dict) and var.source is not None:
+        return _sourced_view(frame, var), False
+    raise Unsupported(f"a dict method on a {var.kind} without dict contents")
+
+
+def _sourced_view(frame: Frame, var: Var) -> DictBox:
+    # A dict subclass from the frame (a registry, a model output passed in): its keys are
+    # guarded and each value is read past the subclass's own __getitem__, as the C slot does.
+    value = var.value
+    assert var.source is not None
+    if not all(type(k) in (str, int) for k in value):
+        raise Unsupported(f"a {type(value).__name__} with keys other than str and int")
+    base: Any = dict_base(type(value)) or dict
+    keys = tuple(base.keys(value))
+    frame.state.guards.add(Guard("keys", var.source, (type(value), keys)))
+    items = {k: frame.state.wrap(base.__getitem__(value, k), Source("raw_item", k, var.source)) for k in keys}
+    return DictBox(items)
+
+
+def _rule(*names: str) -> Callable[[Caller], Caller]:
+    def register(fn: Caller) -> Caller:
+        for base in _DICT_BASES:
+            for name in names:
+                BUILTINS[id(getattr(base, name))] = fn
+        return fn
+
+    return register
+
+
+def _self_and_key(frame: Frame, args: list[Var]) -> tuple[DictBox, bool, Any]:
+    box, mutable = _storage(frame, args[0])
+    return box, mutable, as_const(args[1], "a dict key")
+
+
+@_rule("get")
+def _dict_get(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    box, _, key = _self_and_key(frame, args)
+    found: Var = box.items.get(key, args[2] if len(args) > 2 else const(None))
+    return found
+
+
+@_rule("__getitem__")
+def _dict_getitem(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    box, _, key = _self_and_key(frame, args)
+    if key not in box.items:
+        raise Unsupported(f"key {key!r} is missing (KeyError in eager)")
+    found: Var = box.items[key]
+    return found
+
+
+@_rule("__contains__")
+def _dict_contains(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    box, _, key = _self_and_key(frame, args)
+    return const(key in box.items)
+
+
+@_rule("__len__")
+def _dict_len(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return const(len(_storage(frame, args[0])[0].items))
+
+
+@_rule("keys", "__iter__")
+def _dict_keys(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return Var("iter", box=IterBox([const(k) for k in _storage(frame, args[0])[0].items]))
+
+
+@_rule("values")
+def _dict_values(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return Var("iter", box=IterBox(list(_storage(frame, args[0])[0].items.values())))
+
+
+@_rule("items")
+def _dict_items(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    items = _storage(frame, args[0])[0].items
+    return Var("iter", box=IterBox([Var("tuple", tuple, items=(const(k), v)) for k, v in items.items()]))
+
+
+def _mutable(frame: Frame, args: list[Var]) -> tuple[DictBox, Any]:
+    box, mutable, key = _self_and_key(frame, args)
+    if not mutable:
+        raise Unsupported(f"changing a {type(args[0].value).__name__} from the frame through its C slots")
+    if args[0].kind == "dict" and args[0].source is not None:
+        frame.state.side_effects.mutate_contents(args[0])
+    return box, key
+
+
+@_rule("__setitem__")
+def _dict_setitem(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    box, key = _mutable(frame, args)
+    box.items[key] = args[2]
+    return const(None)
+
+
+@_rule("__delitem__")
+def _dict_delitem(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    box, key = _mutable(frame, args)
+    if key not in box.items:
+        raise Unsupported(f"key {key!r} is missing (KeyError in eager)")
+    del box.items[key]
+    return const(None)
+
+
+def _object_setattr(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # object.__setattr__ (reached as super().__setattr__ past a class's own override): the
+    # plain instance-dict store, on an object made in the trace or as a replayed side effect.
+    target, name_var, value = args
+    name = as_const(name_var, "an attribute name")
+    if target.kind == "userobj":
+        target.box.attrs[name] = value
+    elif target.kind in ("object", "module") and target.source is not None:
+        if isinstance(target.value, torch.nn.Module):
+            raise Unsupported("object.__setattr__ on an nn.Module bypasses its parameter bookkeeping")
+        frame.state.side_effects.store_attr(target, name, value, raw=True)
+    else:
+        raise Unsupported(f"object.__setattr__ on a {target.kind}")
+    return const(None)
+
+
+BUILTINS[id(object.__setattr__)] = _object_setattr
+
+
+def iterate(frame: Frame, obj: Var) -> list[Var]:
+    """The items of ``iter(obj)`` for a userobj."""
+    return sequence_items(frame, call_slot(frame, obj, "__iter__", []))
