@@ -12,7 +12,7 @@ from aot_models import MODELS, make_inputs
 
 from ptc_aot import Config, PtcAotError, aot
 from ptc_spec import META_KEY, check, dialect_of, load
-from ptc_spec.testing import compare_with_eager
+from ptc_spec.testing import assert_same, compare_with_eager
 
 
 @pytest.mark.parametrize("partition", ["min_cut", "save_all"])
@@ -169,3 +169,15 @@ def test_unhashable_python_arguments_get_a_clear_error() -> None:
     torch.testing.assert_close(compiled(torch.ones(2, 3), (0,)), torch.full((3,), 2.0))
     with pytest.raises(PtcAotError, match="not hashable"):
         compiled(torch.ones(2, 3), [0])
+
+
+def test_equal_python_values_of_different_types_get_their_own_programs() -> None:
+    # 2 == 2.0, but x * 2 keeps an integer tensor integral and x * 2.0 makes it float.
+    def scale(x: torch.Tensor, k: Any) -> torch.Tensor:
+        return x * k
+
+    x = torch.arange(4)
+    compiled = aot(scale, [x, 2])
+    for k in (2, 2.0, 2):
+        assert_same(compiled(x, k), scale(x, k))
+    assert len(compiled.programs) == 2

@@ -75,6 +75,13 @@ def _meta_of(value: Any) -> Any:
     return value
 
 
+def _layout_of(value: Any) -> Any:
+    # Everything TensorMeta records, as cheap raw values (torch.Size hashes like a tuple).
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad, value.storage_offset())
+    return (type(value), value)  # 1, 1.0 and True are equal keys but bake in different programs
+
+
 class AotFunction:
     """The callable ``aot`` returns: compiles one program per input signature and grad mode."""
 
@@ -84,12 +91,15 @@ class AotFunction:
         self._bw_compiler = bw_compiler
         self._config = config
         self._programs: dict[tuple[Any, ...], CompiledProgram] = {}
+        # Per-call dispatch on raw sizes/strides: building a TensorMeta per input on every call
+        # cost ~10 us a tensor, most of a small model's step. Keys map to the programs above.
+        self._by_layout: dict[tuple[Any, ...], CompiledProgram] = {}
         inputs = [_meta_of(v) for v in example_inputs]
         training = torch.is_grad_enabled() and any(isinstance(m, TensorMeta) and m.requires_grad for m in inputs)
         self._program(training, inputs)
 
     def _program(self, training: bool, inputs: list[Any]) -> CompiledProgram:
-        key = (training, *inputs)
+        key = (training, *(v if isinstance(v, TensorMeta) else (type(v), v) for v in inputs))
         try:
             found = self._programs.get(key)
         except TypeError as exc:
@@ -111,10 +121,17 @@ class AotFunction:
 
     def __call__(self, *args: Any) -> Any:
         """Run the compiled program matching ``args`` (compiling it on first use)."""
-        inputs = [_meta_of(a) for a in args]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        return self._program(training, inputs)(tensors)
+        key = (training, *map(_layout_of, args))
+        try:
+            program = self._by_layout.get(key)
+        except TypeError:
+            program = None  # an unhashable argument: _program explains
+        if program is None:
+            program = self._program(training, [_meta_of(a) for a in args])
+            self._by_layout[key] = program
+        return program(tensors)
 
 
 def aot(
