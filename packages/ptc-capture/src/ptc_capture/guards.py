@@ -79,45 +79,31 @@ def _attr(s: Source, names: _Names) -> str:
     return f"getattr({source_expr(s.base, names)}, {s.name!r})"
 
 
-def _raw_attr(s: Source, names: _Names) -> str:
-    # object.__getattribute__ bypasses a class's own __getattribute__, which may translate or
-    # refuse names (transformers' configs do both); the source must read what the trace read.
+# Sources read from a base value by one expression: {base} is the base's expression, {name} the
+# repr of the source's name. raw_attr and raw_item go past a class's own __getattribute__ /
+# __getitem__ (which may translate or refuse names), reading what the trace read; reduce is how
+# a list/tuple/range iterator exposes its sequence and position without being advanced.
+_DERIVED = {
+    "raw_attr": "object.__getattribute__({base}, {name})",
+    "raw_item": "dict.__getitem__({base}, {name})",
+    "listed": "list({base})",
+    "item": "{base}[{name}]",
+    "reduce": "{base}.__reduce__()",
+}
+
+
+def _derived(s: Source, names: _Names) -> str:
     assert s.base is not None
-    return f"object.__getattribute__({source_expr(s.base, names)}, {s.name!r})"
-
-
-def _raw_item(s: Source, names: _Names) -> str:
-    # The dict slot itself, past a dict subclass's own __getitem__ (what super().get reads).
-    assert s.base is not None
-    return f"dict.__getitem__({source_expr(s.base, names)}, {s.name!r})"
-
-
-def _listed(s: Source, names: _Names) -> str:
-    assert s.base is not None
-    return f"list({source_expr(s.base, names)})"
-
-
-def _item(s: Source, names: _Names) -> str:
-    assert s.base is not None
-    return f"{source_expr(s.base, names)}[{s.name!r}]"
-
-
-def _reduce(s: Source, names: _Names) -> str:
-    assert s.base is not None
-    return f"{source_expr(s.base, names)}.__reduce__()"
+    return _DERIVED[s.kind].format(base=source_expr(s.base, names), name=repr(s.name))
 
 
 _SOURCE_EXPR: dict[str, Callable[[Source, _Names], str]] = {
-    "reduce": _reduce,
     "local": _local,
     "global": _global,
     "builtin": _builtin,
     "closure": _closure,
     "attr": _attr,
-    "raw_attr": _raw_attr,
-    "item": _item,
-    "raw_item": _raw_item,
-    "listed": _listed,
+    **dict.fromkeys(_DERIVED, _derived),
 }
 
 
