@@ -8,6 +8,7 @@ a Python step runner) until the wrapper selects backends by device.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -220,6 +221,21 @@ def test_cat_pad_and_gather_use_masked_and_indirect_loads() -> None:
         )
 
     check_triton(fn, a, b, idx)
+
+
+def test_every_cat_input_is_loaded_only_inside_its_own_range() -> None:
+    # An unmasked load of a later input at an index before it reads before that buffer: the
+    # selects discard the value, but on the GPU the read itself faulted (gpt-mini's backward,
+    # which concatenates the q, k and v gradients).
+    a, b, c = _rand(4, 5), _rand(4, 3, seed=1), _rand(4, 2, seed=2)
+
+    def fn(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (aten.mul.Tensor(aten.cat.default([a, b, c], 1), 2.0),)
+
+    compiled = check_triton(fn, a, b, c)
+    loads = [line for line in compiled.source.splitlines() if "tl.load(" in line]
+    assert len(loads) == 3
+    assert all(re.search(r"tl\.load\(.*, xmask & tmp\d+, other=", line) for line in loads), "\n".join(loads)
 
 
 def test_seeded_random_numbers_have_the_right_distribution() -> None:

@@ -211,7 +211,8 @@ class TritonLauncher:
         compiled = self._variants.get(aligned)
         if compiled is None:
             compiled = self._compile_variant(args, aligned)
-        stream = torch.cuda.current_stream(args[0].device).cuda_stream
+        # The raw handle, without building a torch.cuda.Stream object on every launch (~3 us).
+        stream = torch._C._cuda_getCurrentRawStream(args[0].get_device())
         compiled.run(self._grid, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *ptrs, *self._tail)
 
     def _launch_interpreted(self, args: Sequence[torch.Tensor]) -> None:

@@ -280,18 +280,21 @@ def _cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> 
 
         return load
 
-    loaders = [(hi, part_loader(lo, t)) for lo, hi, t in parts]
+    loaders = [(lo, hi, part_loader(lo, t)) for lo, hi, t in parts]
 
     def load(idx: Sequence[Expr]) -> Any:
-        # Later parts first, so each earlier part masks in front of what follows it.
+        # Later parts first, so each earlier part selects in front of what follows it. Every
+        # part's load is masked to its own range: outside it the shifted index points before
+        # or past that input, which a GPU faults on (the selects would discard the value, but
+        # the load happens first).
+        position = ops.index_expr(idx[d], torch.int64)
         result: Any = None
-        for hi, ld in reversed(loaders):
-            if result is None:
-                result = ld(idx)
-                continue
-            mask = ops.lt(ops.index_expr(idx[d], torch.int64), ops.constant(hi, torch.int64))
-            other = result
-            result = ops.where(mask, ops.masked(mask, (lambda ld=ld: ld(idx)), 0, cd), other)
+        for lo, hi, ld in reversed(loaders):
+            below = ops.lt(position, ops.constant(hi, torch.int64)) if hi < start else None
+            above = ops.ge(position, ops.constant(lo, torch.int64)) if lo > 0 else None
+            inside = below if above is None else above if below is None else ops.logical_and(above, below)
+            part = ld(idx) if inside is None else ops.masked(inside, (lambda ld=ld: ld(idx)), 0, cd)
+            result = part if result is None else ops.where(below, part, result)
         return ops.to_dtype(result, dtype) if dtype != cd else result
 
     value = TensorValue(dtype, torch.device(ctx.meta.device), out_size, load)
