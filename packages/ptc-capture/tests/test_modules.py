@@ -192,3 +192,25 @@ def test_decorated_forward_of_a_child_module_reads_its_closure_without_a_break()
         report = ptc_capture.explain(model)(torch.randn(2, 4))
     assert backend.count == 1
     assert report.graph_break_count == 0, str(report)
+
+
+@needs_hook
+def test_cached_call_reads_parameters_without_module_getattr(monkeypatch):
+    # Guards and input fetches read self._modules[...]._parameters[...] directly: through
+    # nn.Module.__getattr__ they cost about a microsecond per parameter and step on every call.
+    model = Blocks()
+    compiled = ptc_capture.optimize(CountingBackend())(model)
+    x = torch.randn(2, 8)
+    compiled(x)
+    calls = []
+    original = torch.nn.Module.__getattr__
+
+    def counting(self, name):
+        calls.append(name)
+        return original(self, name)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.Module, "__getattr__", counting)
+        actual = compiled(x)
+    assert calls == []
+    compare_with_eager(lambda _: actual, model, x)

@@ -141,7 +141,8 @@ class OptimizedModule(torch.nn.Module):
         if not framehook.available:
             _warn_unavailable()
             return self._orig_mod(*args, **kwargs)
-        return _run_with_callback(self._ptc_callback, self._orig_mod, args, kwargs)
+        # _modules directly: self._orig_mod would go through nn.Module.__getattr__ on every call.
+        return _run_with_callback(self._ptc_callback, self._modules["_orig_mod"], args, kwargs)
 
 
 def _force_hook(fn: Any) -> None:

@@ -133,11 +133,17 @@ def _placeholder_name(source: Source, index: int) -> str:
     parts: list[str] = []
     s: Source | None = source
     while s is not None:
-        parts.append(str(s.name))
+        if s.name not in _MODULE_TABLES:  # self._modules['fc']._parameters['w'] reads as self.fc.w
+            parts.append(str(s.name))
         s = s.base
     text = "_".join(reversed(parts))
     clean = "".join(c if c.isalnum() else "_" for c in text).strip("_") or f"input{index}"
-    return ("l_" + clean)[:60]
+    name = "l_" + clean
+    # A placeholder's name is a parameter of the generated forward: cut ones must stay distinct.
+    return name if len(name) <= 60 else f"{name[:50]}_{index}"
+
+
+_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
 
 
 _DEVICE_MOVES = ("to", "cpu", "cuda")

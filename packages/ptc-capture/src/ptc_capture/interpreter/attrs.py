@@ -78,7 +78,10 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
         for table in ("_parameters", "_buffers", "_modules"):
             found = value.__dict__.get(table, {})
             if name in found:
-                source = obj.source.attr(name) if obj.source is not None else None
+                # Read through the table, as the trace did: `m._parameters['w']` is a dict
+                # lookup, where `m.w` falls back to nn.Module.__getattr__ (about 1 us per step
+                # of every guard check and input fetch, hundreds of times a call in a model).
+                source = obj.source.attr(table).item(name) if obj.source is not None else None
                 if found[name] is None:
                     return const(None, source)
                 return frame.state.wrap(found[name], source)
