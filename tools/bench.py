@@ -113,13 +113,21 @@ def _hf(config_name: str, model_name: str) -> Callable[[Any, bool], tuple[Any, t
         import transformers
 
         torch.manual_seed(0)
-        config = getattr(transformers, config_name)()
+        # No dropout: random masks would make every implementation's output differ from the
+        # reference (and training steps too); the work per step is the same without them.
+        dropouts = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop")
+        config = getattr(transformers, config_name)(**dict.fromkeys(dropouts, 0.0))
         if small:
             config.num_hidden_layers, config.n_layer = 2, 2
         model = getattr(transformers, model_name)(config).to(device)
         seq, batch = (32, 1) if small else (256, 8)
         ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
-        return (lambda i: model(i).logits if hasattr(model(i), "logits") else model(i).last_hidden_state), (ids,)
+
+        def step(i: Any) -> Any:
+            out = model(i)
+            return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+        return step, (ids,)
 
     return build
 
