@@ -142,7 +142,9 @@ class OptimizedModule(torch.nn.Module):
             _warn_unavailable()
             return self._orig_mod(*args, **kwargs)
         # _modules directly: self._orig_mod would go through nn.Module.__getattr__ on every call.
-        return _run_with_callback(self._ptc_callback, self._modules["_orig_mod"], args, kwargs)
+        module = self._modules["_orig_mod"]
+        assert module is not None
+        return _run_with_callback(self._ptc_callback, module, args, kwargs)
 
 
 def _force_hook(fn: Any) -> None:
