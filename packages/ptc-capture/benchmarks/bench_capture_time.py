@@ -1,4 +1,5 @@
-"""First-call capture time of a small GPT (4 layers) with backend eager: ptc_capture vs torch.compile.
+"""First-call capture time with backend eager, ptc_capture vs torch.compile: a small GPT (4 layers)
+and, when transformers is installed, GPT-2 (12 layers, random init).
 
 Run: PYTHONPATH=packages/ptc-spec/src:packages/ptc-capture/src python -m pytest
 packages/ptc-capture/benchmarks/bench_capture_time.py --benchmark-only -p no:cacheprovider
@@ -49,10 +50,19 @@ class GPT(torch.nn.Module):
         return self.head(x)
 
 
-@pytest.fixture(scope="module")
-def model_and_input():
+def _gpt2():
+    transformers = pytest.importorskip("transformers")
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    return model, torch.randint(0, 50257, (1, 64))
+
+
+MODELS = {"gpt-mini": lambda: (GPT().eval(), torch.randint(0, 100, (2, 16))), "gpt2-12": _gpt2}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model_and_input(request):
     torch.manual_seed(0)
-    return GPT().eval(), torch.randint(0, 100, (2, 16))
+    return MODELS[request.param]()
 
 
 def test_ptc_capture_first_call(benchmark, model_and_input):
@@ -60,7 +70,8 @@ def test_ptc_capture_first_call(benchmark, model_and_input):
 
     def first_call():
         ptc_capture.reset()
-        ptc_capture.optimize("eager")(model)(idx)
+        with torch.no_grad():
+            ptc_capture.optimize("eager")(model)(idx)
 
     benchmark.pedantic(first_call, rounds=5, iterations=1, warmup_rounds=1)
 
@@ -70,6 +81,7 @@ def test_torch_compile_first_call(benchmark, model_and_input):
 
     def first_call():
         torch._dynamo.reset()
-        torch.compile(model, backend="eager")(idx)
+        with torch.no_grad():
+            torch.compile(model, backend="eager")(idx)
 
     benchmark.pedantic(first_call, rounds=5, iterations=1, warmup_rounds=1)
