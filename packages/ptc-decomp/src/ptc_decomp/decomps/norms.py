@@ -193,15 +193,10 @@ def batch_norm_no_update(
 
 
 @register_decomposition(aten.cudnn_batch_norm.default)
-def cudnn_batch_norm(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    training: bool,
-    exponential_average_factor: float,
-    epsilon: float,
+def cudnn_batch_norm(  # parameter names follow the op's schema
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+    training: bool, exponential_average_factor: float, epsilon: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cuDNN's batch norm: (out, save_mean, save_rstd, reserve); refused where it would update running stats."""
     if training and running_mean is not None:
