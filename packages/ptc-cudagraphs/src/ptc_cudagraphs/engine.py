@@ -28,6 +28,18 @@ from ptc_cudagraphs.tree import FORWARD, Node, Tree, starts_new_generation
 log = logging.getLogger("ptc.cudagraphs")
 
 
+def _flattened(fn: Callable[..., object]) -> tuple[Callable[..., list[object]], list[pytree.TreeSpec]]:
+    """``fn`` returning its flat output leaves, and the list each call appends its output spec to."""
+    specs: list[pytree.TreeSpec] = []
+
+    def flat_fn(*a: object) -> list[object]:
+        leaves, spec = pytree.tree_flatten(fn(*a))
+        specs.append(spec)
+        return leaves
+
+    return flat_fn, specs
+
+
 @dataclass(eq=False)
 class FunctionState:
     """One cudagraphified callable as the tree sees it (mutable: its fallback state)."""
@@ -125,13 +137,7 @@ class Engine:
         copied = copied_indices(node.key)  # type: ignore[arg-type]
         watched = [a for a in (args[i] for i in copied) if isinstance(a, torch.Tensor)]
         before = [t._version for t in watched]
-        spec_box: list[pytree.TreeSpec] = []
-
-        def flat_fn(*a: object) -> list[object]:
-            leaves, spec = pytree.tree_flatten(f.fn(*a))
-            spec_box.append(spec)
-            return leaves
-
+        flat_fn, spec_box = _flattened(f.fn)
         outputs, uncapturable = self.recorder.warmup(flat_fn, args)
         node.warmups += 1
         self.stats.warmups += 1
@@ -180,13 +186,7 @@ class Engine:
         or why it could not be recorded. The current position does not move."""
         key, _ = input_key(args, f.static, _never)
         node = self.tree.add_child_under(parent, f.function_id, f.name, f.role, key)
-        spec_box: list[pytree.TreeSpec] = []
-
-        def flat_fn(*a: object) -> list[object]:
-            leaves, spec = pytree.tree_flatten(f.fn(*a))
-            spec_box.append(spec)
-            return leaves
-
+        flat_fn, spec_box = _flattened(f.fn)
         _, uncapturable = self.recorder.warmup(flat_fn, args)
         node.warmups += 1
         self.stats.warmups += 1
