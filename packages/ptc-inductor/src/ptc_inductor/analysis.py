@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +21,10 @@ class Access:
     stores: tuple[tuple[str, Expr], ...]
     op_count: int
 
-    def reads(self) -> set[str]:
-        """Names of the buffers loaded."""
-        return {name for name, _ in self.loads}
+    def reads(self) -> KeysView[str]:
+        """Names of the buffers loaded, in first-load order (a set view: plans built from it must
+        not depend on string hashing, which differs per process)."""
+        return dict.fromkeys(name for name, _ in self.loads).keys()
 
 
 class _Recorder:
