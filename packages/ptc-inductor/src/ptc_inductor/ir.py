@@ -7,6 +7,7 @@ remappings folded into the loaders at lowering time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +46,7 @@ class Layout:
     @property
     def numel(self) -> int:
         """Number of logical elements."""
-        n = 1
-        for s in self.size:
-            n *= s
-        return n
+        return math.prod(self.size)
 
     @property
     def storage_numel(self) -> int:
@@ -171,10 +169,7 @@ class TensorValue:
     @property
     def numel(self) -> int:
         """Number of elements."""
-        n = 1
-        for s in self.size:
-            n *= s
-        return n
+        return math.prod(self.size)
 
 
 def squeeze_ranges(size: Sequence[int]) -> tuple[tuple[int, ...], list[int]]:

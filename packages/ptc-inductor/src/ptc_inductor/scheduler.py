@@ -8,6 +8,7 @@ was written at the same outer point, so the shared loop never reads ahead of a w
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,10 +72,7 @@ def outer_ranges(nodes: Sequence[ComputedNode]) -> tuple[int, ...] | None:
 
 
 def _numel(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
+    return math.prod(sizes)
 
 
 def _outer_local(

@@ -352,6 +352,13 @@ class _KernelWriter:
     def line(self, text: str) -> None:
         self.lines.append("    " * self.indent + text)
 
+    def braced(self, body: Sequence[str], prefix: str = "") -> None:
+        """``body`` as one C++ block (each line after ``prefix``, the block's own indent)."""
+        self.line(prefix + "{")
+        for text in body:
+            self.line(prefix + "    " + text)
+        self.line(prefix + "}")
+
     def node_code(self, node: ComputedNode, partial: bool = False, outer: int | None = None) -> _NodeCode:
         """Run ``node``'s body through CppOps; loads that only use the first ``outer`` loop vars are hoisted."""
         code = _NodeCode()
@@ -383,10 +390,7 @@ class _KernelWriter:
                     op = _SIMD_REDUCTION[code.accs[0].rtype]
                     self.line(f"#pragma omp simd reduction({op}:{code.accs[0].name})")
                 self.line(_loop(f"r{i}", size))
-            self.line("{")
-            for text in code.body:
-                self.line("    " + text)
-            self.line("}")
+            self.braced(code.body)
             for text in code.suffix:
                 self.line(text)
         else:
@@ -395,10 +399,7 @@ class _KernelWriter:
                 if i == len(inner) - 1:
                     self.line("#pragma omp simd")
                 self.line(_loop(f"x{k + i}", size))
-            self.line("{")
-            for text in code.body:
-                self.line("    " + text)
-            self.line("}")
+            self.braced(code.body)
         self.indent -= 1
         self.line("}")
 
@@ -419,10 +420,7 @@ class _KernelWriter:
             self.line(f"    #pragma omp for collapse({len(loops)}) nowait")
         for text in loops:
             self.line(("    " if parallel else "") + text)
-        self.line(("    " if parallel else "") + "{")
-        for text in code.body:
-            self.line(("    " if parallel else "") + "    " + text)
-        self.line(("    " if parallel else "") + "}")
+        self.braced(code.body, "    " if parallel else "")
         if parallel:
             self.line("    #pragma omp critical")
             self.line("    {")
@@ -473,10 +471,7 @@ class _KernelWriter:
             for node in kernel.nodes:
                 self.comment(node)
                 code = self.node_code(node)
-                self.line("{")
-                for text in code.body:
-                    self.line("    " + text)
-                self.line("}")
+                self.braced(code.body)
             self.indent -= 1
             self.line("}")
             return
