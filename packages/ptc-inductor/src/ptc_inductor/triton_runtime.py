@@ -188,6 +188,9 @@ class TritonLauncher:
         self._grid = 1
         self._tail: tuple[int, ...] = ()
         self._variants: dict[tuple[bool, ...], Any] = {}
+        # Read once: Triton itself decides interpretation when it is imported, and an
+        # environment lookup on every launch is host time on the hot path.
+        self._interpret = interpreting()
 
     def candidates(self) -> list[LaunchConfig]:
         """The launch configs the first call chooses among."""
@@ -203,7 +206,7 @@ class TritonLauncher:
     def __call__(self, *args: torch.Tensor) -> None:
         if self.config is None:
             self._choose(args)
-        if interpreting() or not args or not args[0].is_cuda:
+        if self._interpret or not args or not args[0].is_cuda:
             self._launch_interpreted(args)
             return
         ptrs = [a.data_ptr() for a in args]
