@@ -196,6 +196,36 @@ def test_fallbacks_run_eagerly_and_log_why(
     assert pcg.stats().replays == 2
 
 
+def _fails_in_capture(x: torch.Tensor) -> torch.Tensor:
+    noise = torch.rand_like(x)  # random numbers drawn inside the capture that then fails
+    if torch.cuda.is_current_stream_capturing():
+        x.cpu()  # a copy to the host is not allowed while capturing: the capture breaks
+    return x + noise
+
+
+@gpu
+def test_random_numbers_work_after_a_failed_capture(caplog: pytest.LogCaptureFixture) -> None:
+    fast = pcg.cudagraphify(_fails_in_capture, [cuda_randn(4)], name="breaks")
+    with caplog.at_level(logging.INFO, logger="ptc.cudagraphs"):
+        for _ in range(3):
+            x = cuda_randn(4)
+            assert fast(x).shape == x.shape
+    assert "breaks runs eagerly because the callable cannot be captured" in caplog.text
+    assert pcg.stats().fallbacks.get("CAPTURE_FAILED", 0) >= 1
+    # Eager random numbers still work and still follow the seed.
+    torch.manual_seed(7)
+    first = torch.rand(8, device="cuda")
+    torch.manual_seed(7)
+    torch.testing.assert_close(torch.rand(8, device="cuda"), first)
+    # And a graph that draws random numbers records, then gives new numbers on every replay.
+    noisy = pcg.cudagraphify(lambda x: x + torch.rand_like(x), [cuda_randn(1024)])
+    x = torch.zeros(1024, device="cuda")
+    draws = [noisy(x).clone() for _ in range(4)]
+    assert pcg.stats().replays >= 2
+    assert all(not torch.equal(a, b) for a, b in zip(draws, draws[1:]))
+    assert all(0 <= float(d.min()) and float(d.max()) < 1 for d in draws)
+
+
 @gpu
 def test_too_many_shapes_warns_and_runs_eagerly(caplog: pytest.LogCaptureFixture) -> None:
     fast = pcg.cudagraphify(lambda x: x * 2, [cuda_randn(1)], name="shapes",

@@ -162,6 +162,7 @@ class CudaRecorder:
             outputs = self._capture_into(graph, fn, graph_args, grad)
         except Exception as exc:
             _settle(self.device)
+            _end_generator_capture(self._capture, self.device)
             raise CaptureError(f"capture failed: {exc}") from exc
         grown = torch.cuda.memory_reserved(self.device) - reserved
         recording = CudaRecording(graph, buffers, graph_args, outputs, max(grown, 0))
@@ -207,6 +208,19 @@ def _prime(stream: torch.cuda.Stream, device: torch.device) -> None:
         torch.nn.functional.linear(a, a, a[0]).sum()
         (a @ a).sum()
     torch.cuda.current_stream(device).wait_stream(stream)
+
+
+def _end_generator_capture(stream: torch.cuda.Stream, device: torch.device) -> None:
+    # A failed capture never reaches the end that takes the device's default generator out of
+    # capture mode, and from then on every random op outside a graph fails with "Offset
+    # increment outside graph capture". One small capture that does end puts it back.
+    scratch = torch.zeros(1, device=device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        scratch.add_(1)
+        graph.capture_end()
+    torch.cuda.synchronize(device)
 
 
 def _settle(device: torch.device) -> None:
