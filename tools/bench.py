@@ -120,7 +120,9 @@ def _hf(config_name: str, model_name: str) -> Callable[[Any, bool], tuple[Any, t
         if small:
             config.num_hidden_layers, config.n_layer = 2, 2
         model = getattr(transformers, model_name)(config).to(device)
-        seq, batch = (32, 1) if small else (256, 8)
+        # A CPU step at the GPU's size takes seconds on a small machine; one sequence keeps a
+        # whole table within minutes there.
+        seq, batch = (32, 1) if small else (256, 8) if device.type == "cuda" else (128, 1)
         ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
 
         def step(i: Any) -> Any:
@@ -145,6 +147,36 @@ def _timm(name: str) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
     return build
 
 
+def _hide_broken_torchvision() -> None:
+    # A torchvision wheel built for another torch (on the CPU machine: one linked against CUDA
+    # libraries) fails on import with a RuntimeError that transformers does not catch. Hidden,
+    # it is simply absent, and transformers' vision models do not need it.
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
+            del sys.modules[name]
+        sys.modules["torchvision"] = None  # type: ignore[assignment]
+
+
+def _hf_vision(config_name: str, model_name: str) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
+    # transformers' own ResNet-50 and ViT-B/16 (their configs' defaults): image models for
+    # machines where timm cannot be imported (it needs a torchvision built for the local torch).
+    def build(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+        _hide_broken_torchvision()
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        config = getattr(transformers, config_name)(num_labels=1000)  # ImageNet's head, as timm's
+        model = getattr(transformers, model_name)(config).to(device).eval()
+        batch = 1 if small else (32 if device.type == "cuda" else 4)
+        pixels = torch.randn(batch, 3, 224, 224, device=device)
+        return (lambda x: model(x).logits), (pixels,)
+
+    return build
+
+
 WORKLOADS = {
     w.name: w
     for w in [
@@ -158,6 +190,8 @@ WORKLOADS = {
         Workload("bert-infer", _hf("BertConfig", "BertModel"), needs="transformers"),
         Workload("resnet50-infer", _timm("resnet50"), needs="timm"),
         Workload("vit-infer", _timm("vit_base_patch16_224"), needs="timm"),
+        Workload("hf-resnet50-infer", _hf_vision("ResNetConfig", "ResNetForImageClassification"), needs="transformers"),
+        Workload("hf-vit-infer", _hf_vision("ViTConfig", "ViTForImageClassification"), needs="transformers"),
     ]
 }
 
@@ -237,10 +271,18 @@ def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bo
 
 
 # -- the parent: one process per (workload, implementation) -------------------------------------
-def _available(workload: Workload) -> bool:
-    import importlib.util
+def _unavailable(workload: Workload) -> str | None:
+    """Why this machine cannot run the workload, or None when it can."""
+    import importlib
 
-    return workload.needs is None or importlib.util.find_spec(workload.needs) is not None
+    if workload.needs is None:
+        return None
+    try:
+        importlib.import_module(workload.needs)
+    except Exception as exc:  # an installed package can fail to import too (timm without a working torchvision)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return f"skipped: {workload.needs} cannot be imported ({type(exc).__name__}: {first})"
+    return None
 
 
 def _run_one(workload: str, impl: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -312,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = []
     for name in args.workloads.split(","):
-        if not _available(WORKLOADS[name]):
-            results.append({"workload": name, "impl": "ptc", "error": f"skipped: {WORKLOADS[name].needs} is not installed"})
+        reason = _unavailable(WORKLOADS[name])
+        if reason is not None:
+            results.append({"workload": name, "impl": "ptc", "error": reason})
             continue
         for impl in args.impls.split(","):
             result = _run_one(name, impl, args)
