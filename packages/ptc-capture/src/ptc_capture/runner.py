@@ -258,7 +258,8 @@ def build_runner(
     namespace.update(
         B=f_builtins,
         _compiled=compiled,
-        _set_callback=framehook.set_callback if framehook.available else (lambda cb: None),
+        # The extension's own setter: the Python wrapper's availability check would run twice a call.
+        _set_callback=framehook._ext.set_callback if framehook.available else (lambda cb: None),
     )
     if plan is not None:
         namespace.update(_native=native_step, _inst=plan.inst, _kw=plan.kw_names, _insts=plan.instructions, _strip=strip_nulls)
