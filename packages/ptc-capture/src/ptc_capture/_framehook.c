@@ -4,7 +4,9 @@
  * thread evaluates while a callback is set, the hook calls callback(FrameState) and
  *   - None          -> the frame runs normally;
  *   - a code object -> a new function with that code, the frame's globals and closure is
- *                      called with the frame's arguments, and its result is the frame's result.
+ *                      called with the frame's arguments, and its result is the frame's result;
+ *   - a function    -> it is called with the frame's arguments as they are (frames with
+ *                      positional parameters only), and its result is the frame's result.
  * Frames created while the callback runs, generator/coroutine frames, module and class
  * bodies, and code objects flagged as skipped never reach the callback.
  *
@@ -395,6 +397,24 @@ done:
     return result;
 }
 
+/* The cached steady state: no function object or argument tuple to build and no frame of a
+ * replacement code between the caller and the function that does the work. */
+static PyObject *call_direct(ptc_frame *f, PyObject *func) {
+    PyCodeObject *code = FRAME_CODE(f);
+    PyCodeObject *target = (PyCodeObject *)PyFunction_GET_CODE(func);
+    if (code->co_kwonlyargcount != 0 || (code->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) ||
+        target->co_argcount != code->co_argcount) {
+        PyErr_Format(PyExc_ValueError,
+                     "a function returned for %U must take exactly its positional arguments",
+                     code->co_qualname);
+        return NULL;
+    }
+    tls.skip_next = 1;
+    PyObject *result = PyObject_Vectorcall(func, f->localsplus, (size_t)code->co_argcount, NULL);
+    tls.skip_next = 0;
+    return result;
+}
+
 #define SKIPPED_CODE_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR)
 
 static PyObject *eval_frame(PyThreadState *tstate, struct _PyInterpreterFrame *iframe, int throwflag) {
@@ -431,12 +451,16 @@ static PyObject *eval_frame(PyThreadState *tstate, struct _PyInterpreterFrame *i
         return run_default(tstate, iframe, throwflag);
     }
     PyObject *result = NULL;
-    if (!PyCode_Check(decision)) {
-        PyErr_Format(PyExc_TypeError, "frame callback must return None or a code object, not %s",
-                     Py_TYPE(decision)->tp_name);
+    if (PyCode_Check(decision)) {
+        result = run_replacement(f, (PyCodeObject *)decision);
+    }
+    else if (PyFunction_Check(decision)) {
+        result = call_direct(f, decision);
     }
     else {
-        result = run_replacement(f, (PyCodeObject *)decision);
+        PyErr_Format(PyExc_TypeError,
+                     "frame callback must return None, a code object or a function, not %s",
+                     Py_TYPE(decision)->tp_name);
     }
     Py_DECREF(decision);
     release_frame(tstate, f);

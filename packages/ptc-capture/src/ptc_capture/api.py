@@ -52,7 +52,7 @@ class FrameCallback:
         self.fullgraph = fullgraph
         self.record = record
 
-    def __call__(self, frame: Any) -> types.CodeType | None:
+    def __call__(self, frame: Any) -> types.CodeType | Callable[..., Any] | None:
         # The steady-state path of every hooked frame: kept to a few attribute reads and the
         # guard functions themselves.
         code = frame.f_code
@@ -64,7 +64,7 @@ class FrameCallback:
                 return entry.code
         return self._capture(code, cache, frame, closure)
 
-    def _capture(self, code: types.CodeType, cache: CodeCache, frame: Any, closure: tuple[Any, ...]) -> types.CodeType | None:
+    def _capture(self, code: types.CodeType, cache: CodeCache, frame: Any, closure: tuple[Any, ...]) -> types.CodeType | Callable[..., Any] | None:
         config = get_config()
         count = cache.count(self)
         if count >= config.recompile_limit:
@@ -85,7 +85,7 @@ class FrameCallback:
         )
         with cache.lock:
             pure_before = any(e.owner is self and e.capture.sees_no_tensors for e in cache.entries)
-            cache.entries.append(CacheEntry(capture.check, capture.replacement, self, capture))
+            cache.entries.append(CacheEntry(capture.check, capture.target, self, capture))
             if capture.sees_no_tensors and pure_before:
                 # A second miss of a frame that never touched a tensor (a config's __getattribute__,
                 # guarded on each attribute name) would recompile per call site for nothing: every
@@ -95,7 +95,7 @@ class FrameCallback:
                 framehook.set_code_skip(code, True)
         if self.record is not None:
             self.record(capture)
-        return capture.replacement
+        return capture.target
 
 
 def _first_failure(cache: CodeCache, owner: Any, frame: Any, closure: tuple[Any, ...]) -> str:

@@ -20,10 +20,10 @@ __all__ = ["CacheEntry", "CodeCache", "all_caches", "cache_of"]
 
 @dataclass(frozen=True, slots=True)
 class CacheEntry:
-    """One capture: its guard check and the code to run instead (None: run the frame eagerly)."""
+    """One capture: its guard check and what runs instead (None: run the frame eagerly)."""
 
     check: Callable[..., bool]
-    code: types.CodeType | None
+    code: types.CodeType | Callable[..., Any] | None
     owner: Any
     capture: Any
 

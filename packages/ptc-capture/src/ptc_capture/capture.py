@@ -22,7 +22,7 @@ from ptc_capture.guards import Guard, Source, compile_guards
 from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
 from ptc_capture.logs import channel
 from ptc_capture.resume import NATIVE, in_try_block, make_resume_code, resume_parameters
-from ptc_capture.runner import BreakPlan, build_runner, make_replacement
+from ptc_capture.runner import BreakPlan, build_runner, direct_target, make_replacement
 from ptc_capture.variables import Var
 
 __all__ = ["BreakRecord", "Capture", "capture_frame", "capture_function"]
@@ -64,6 +64,9 @@ class Capture:
     eager_reason: str | None = None
     sees_no_tensors: bool = False
     """The frame ran without reading or making any tensor (pure Python: config reads, helpers)."""
+    target: types.CodeType | Callable[..., Any] | None = None
+    """What the frame hook runs in the frame's place: the runner itself when it can be called
+    with the frame's arguments (one Python frame less per call), else the replacement code."""
 
 
 def _new_state(config: Config, f_globals: dict[str, Any], f_builtins: dict[str, Any], closure: tuple[Any, ...]) -> CaptureState:
@@ -267,7 +270,8 @@ def _finish(
         state.grad_enabled if state.grad_enabled != state.grad_at_entry else None,
     )  # fmt: skip
     replacement = make_replacement(code, runner)
-    return Capture(code.co_qualname, guards, check, gm, compiled, replacement, runner, breaks, None)
+    target = direct_target(code, runner) or replacement
+    return Capture(code.co_qualname, guards, check, gm, compiled, replacement, runner, breaks, None, target=target)
 
 
 def capture_function(

@@ -27,7 +27,7 @@ from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_para
 from ptc_capture.side_effects import Effect
 from ptc_capture.variables import Var
 
-__all__ = ["BreakPlan", "RunnerSource", "build_runner", "make_replacement"]
+__all__ = ["BreakPlan", "RunnerSource", "build_runner", "direct_target", "make_replacement"]
 
 _log = channel("graph_code")
 
@@ -267,6 +267,9 @@ def build_runner(
         namespace["_FunctionType"] = types.FunctionType
     exec(compile(text, f"<ptc_capture runner of {code.co_qualname}>", "exec"), namespace)
     runner: Callable[..., Any] = namespace["runner"]
+    # Called in the frame's place, the runner is the frame a traceback shows: give it the
+    # function's name.
+    runner.__code__ = runner.__code__.replace(co_name=code.co_name, co_qualname=code.co_qualname)
     runner._ptc_needs_globals = needs_globals  # type: ignore[attr-defined]
     if framehook.available:
         framehook.set_code_skip(runner.__code__, True)
@@ -291,6 +294,13 @@ def _break_ending(src: RunnerSource, code: types.CodeType, plan: BreakPlan) -> N
     target = f"_FunctionType(_resume[_next], G, None, None, {closure})"
     joined = "".join(v + ", " for v in local_values)
     src.lines.append(f"    return {target}({joined}*_st)")
+
+
+def direct_target(code: types.CodeType, runner: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``runner`` when the frame hook can call it with the frame's arguments as they are (only
+    positional parameters, no free variables, no globals needed), else None."""
+    plain = not code.co_freevars and not code.co_kwonlyargcount and not code.co_flags & 0x0C
+    return runner if plain and not getattr(runner, "_ptc_needs_globals", True) else None
 
 
 def make_replacement(code: types.CodeType, runner: Callable[..., Any]) -> types.CodeType:

@@ -247,8 +247,45 @@ def test_callback_errors_propagate_to_the_caller() -> None:
 
 def test_callback_must_return_code_or_none() -> None:
     with framehook.callback_enabled(lambda state: 42 if state.f_code is add_one.__code__ else None):  # type: ignore[arg-type,return-value]
-        with pytest.raises(TypeError, match="None or a code object"):
+        with pytest.raises(TypeError, match="None, a code object or a function"):
             add_one(1)
+
+
+def test_a_returned_function_is_called_with_the_frame_arguments() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def instead(a: Any, b: Any) -> Any:
+        calls.append((a, b))
+        return ("instead", a, b)
+
+    def pair(a: Any, b: Any) -> Any:
+        return ("pair", a, b)
+
+    marker = object()
+    with framehook.callback_enabled(lambda state: instead if state.f_code is pair.__code__ else None):  # type: ignore[arg-type,return-value]
+        assert pair(marker, b=2) == ("instead", marker, 2)
+        assert pair(1, 2) == ("instead", 1, 2)
+    assert calls == [(marker, 2), (1, 2)]
+    assert pair(1, 2) == ("pair", 1, 2)
+    # The references the frame held to its arguments are released exactly once: what is left
+    # is the local name and getrefcount's own argument.
+    calls.clear()
+    assert sys.getrefcount(marker) == 2
+
+
+def test_a_returned_function_needs_a_positional_only_frame() -> None:
+    def keyword_only(a: int, *, b: int = 1) -> int:
+        return a + b
+
+    def two(a: int, b: int) -> int:
+        return a + b
+
+    with framehook.callback_enabled(lambda state: (lambda a: a) if state.f_code in (keyword_only.__code__, two.__code__) else None):  # type: ignore[arg-type,return-value]
+        with pytest.raises(ValueError, match="exactly its positional arguments"):
+            keyword_only(1)
+        with pytest.raises(ValueError, match="exactly its positional arguments"):
+            two(1, 2)
+    assert keyword_only(1) == 2
 
 
 def test_replacement_with_other_signature_is_rejected() -> None:
