@@ -80,9 +80,13 @@ class CudaRecording:
 
     def replay(self, args: Sequence[object]) -> list[object]:
         """Copy non-static args into the buffers, replay, return the flat outputs."""
-        for pos, buf in self._copies:
-            buf.copy_(args[pos])  # type: ignore[arg-type]
-        self.copies += len(self._copies)
+        if self._copies:
+            # Buffers of inputs that require grad are leaves that require grad, which autograd
+            # refuses to overwrite in place unless it is told the copy is not differentiated.
+            with torch.no_grad():
+                for pos, buf in self._copies:
+                    buf.copy_(args[pos])  # type: ignore[arg-type]
+            self.copies += len(self._copies)
         self._graph.replay()
         if not self._aliases:
             return self._outputs
@@ -149,7 +153,10 @@ class CudaRecorder:
             user = args[pos]
             assert isinstance(user, torch.Tensor)
             buf = torch.empty_strided(user.shape, user.stride(), dtype=user.dtype, device=user.device)
-            buf.copy_(user)
+            # Detached: a differentiable copy would hang the buffer under a copy node of the
+            # caller's stream, and the backward capture would then make that (legacy default)
+            # stream wait on the capturing one, which CUDA refuses.
+            buf.copy_(user.detach())
             if grad and user.requires_grad:
                 buf.requires_grad_(True)
             buffers[pos] = buf

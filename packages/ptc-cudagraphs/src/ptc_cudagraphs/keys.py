@@ -25,13 +25,19 @@ def input_key(
     for i, arg in enumerate(args):
         if isinstance(arg, torch.Tensor):
             devices.add(arg.device)
-            if i in static or isinstance(arg, torch.nn.Parameter) or is_pool_output(arg):
+            if i in static or _is_parameter(arg) or is_pool_output(arg):
                 key.append((STATIC, arg.data_ptr(), arg.shape, arg.stride(), arg.dtype))
             else:
                 key.append((COPIED, arg.shape, arg.stride(), arg.dtype, arg.requires_grad))
         else:
             key.append((VALUE, _hashable(arg)))
     return tuple(key), frozenset(devices)
+
+
+def _is_parameter(tensor: torch.Tensor) -> bool:
+    # Parameter's isinstance goes through a Python-level metaclass hook; a plain tensor, the
+    # common argument, is answered by its exact type without it.
+    return type(tensor) is not torch.Tensor and isinstance(tensor, torch.nn.Parameter)
 
 
 def copied_indices(key: tuple[Hashable, ...]) -> tuple[int, ...]:
