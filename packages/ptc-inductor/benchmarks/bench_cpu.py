@@ -29,7 +29,8 @@ from ptc_spec import TensorMeta  # noqa: E402
 
 aten = torch.ops.aten
 
-_spec = importlib.util.spec_from_file_location("make_fixtures", Path(__file__).parent.parent / "tools" / "make_fixtures.py")
+# The layers are the fixture generator's, which lives in the repository's tools/.
+_spec = importlib.util.spec_from_file_location("make_fixtures", Path(__file__).resolve().parents[3] / "tools" / "make_inductor_fixtures.py")
 assert _spec is not None and _spec.loader is not None
 layers = importlib.util.module_from_spec(_spec)
 sys.modules["make_fixtures"] = layers

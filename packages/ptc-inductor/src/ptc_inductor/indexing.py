@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
@@ -145,14 +146,51 @@ def _split(num: Expr, den: int) -> tuple[Expr, Expr]:
     return q, r
 
 
+def _floor_rule(num: Expr, den: int, ranges: Mapping[sympy.Symbol, int]) -> Expr | None:
+    """``floor(num / den)`` without the terms of ``num`` that cannot change it, or None.
+
+    With ``num == g*q + r``, ``g`` dividing ``den`` and ``0 <= r < g``, the quotient is
+    ``floor(q / (den/g))``: flattening ``[a, b, c]`` to ``[a*b, c]`` and back divides
+    ``c*x0 + x1`` by ``b*c``, which is ``x0 // b`` since ``x1 < c``.
+    """
+    coeffs = {int(t.as_coeff_Mul()[0]) for t in sympy.Add.make_args(num) if t.as_coeff_Mul()[0].is_Integer}
+    for g in sorted({den} | {math.gcd(den, c) for c in coeffs if c}, reverse=True):
+        if g == 1:
+            break
+        q, r = _split(num, g)
+        b = bounds(r, ranges)
+        if b is not None and 0 <= b[0] and b[1] < g:
+            return q if g == den else floordiv(q, den // g)
+    return None
+
+
+def _recombine(e: sympy.Add) -> Expr:
+    """``c*(a mod m) + c*m*floor(a/m)`` back into ``c*a``: unravelling a flat index into dims
+    and linearizing it again with the same strides gives the flat index."""
+    terms = list(e.args)
+    for i, term in enumerate(terms):
+        c, m_part = term.as_coeff_Mul()
+        if not isinstance(m_part, sympy.Mod) or not m_part.args[1].is_Integer:
+            continue
+        a, m = m_part.args[0], int(m_part.args[1])
+        for j, other in enumerate(terms):
+            c2, f_part = other.as_coeff_Mul()
+            if j == i or not isinstance(f_part, sympy.floor) or c2 != c * m:
+                continue
+            num, den = sympy.fraction(sympy.together(f_part.args[0]))
+            if den == m and sympy.expand(num - a) == 0:
+                rest = [t for k, t in enumerate(terms) if k not in (i, j)]
+                return sympy.expand(sympy.Add(c * a, *rest))
+    return e
+
+
 def _rule(e: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
     if isinstance(e, sympy.floor):
         num, den = sympy.fraction(sympy.together(e.args[0]))
         if den.is_Integer and int(den) > 0:
-            q, r = _split(num, int(den))
-            b = bounds(r, ranges)
-            if b is not None and 0 <= b[0] and b[1] < int(den):
-                return q
+            found = _floor_rule(sympy.expand(num), int(den), ranges)
+            if found is not None:
+                return found
     if isinstance(e, sympy.Mod) and e.args[1].is_Integer:
         m = int(e.args[1])
         q, r = _split(e.args[0], m)
@@ -168,6 +206,8 @@ def _walk(e: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
     if e.is_Atom:
         return e
     rebuilt = e.func(*[_walk(a, ranges) for a in e.args])
+    if isinstance(rebuilt, sympy.Add):
+        return _recombine(rebuilt)
     return _rule(rebuilt, ranges) if isinstance(rebuilt, (sympy.floor, sympy.Mod)) else rebuilt
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +19,7 @@ from ..ir import (
     ComputedNode,
     ExternNode,
     Layout,
+    Loader,
     Node,
     TensorValue,
     expand_index,
@@ -37,6 +41,12 @@ def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
     return True
 
 
+Strides = tuple[int, ...]
+Strided = tuple[Sequence[int], int]
+Restride = Callable[[Strides, int], Strided | None]
+"""How a view's (strides, offset) follow from its base's, or None when no strides can express it."""
+
+
 def buffer_loader(buf: BufferArg, dtype: torch.dtype) -> Callable[[Sequence[Expr]], Any]:
     """A loader reading ``buf`` through its strides."""
     name, stride, offset = buf.buffer, buf.stride, buf.offset
@@ -50,19 +60,67 @@ def buffer_loader(buf: BufferArg, dtype: torch.dtype) -> Callable[[Sequence[Expr
     return load
 
 
+LOAD_COST = 1
+"""What reading a realized buffer adds to a value's cost: one ``ops.load``, counted like any op."""
+
+
+@dataclass(slots=True)
+class LazyValue:
+    """One value of the graph being lowered that is not in a buffer (yet): what inlining it costs.
+
+    ``value`` is what consumers hold: its loader computes the value until it is realized, then
+    reads the buffer, so a late decision to realize also serves the readers made before it.
+    ``inputs`` are the keys (indices in the context's table) of the lazy values that loader
+    evaluates once per element, ``loads`` the buffers it reads directly, ``ops`` its own ops;
+    ``seq`` places it among the nodes; ``view_of``/``restride`` describe a view of another lazy
+    value; a graph node's value is a ``candidate`` for realizing, with eager's ``stride``.
+    """
+
+    value: TensorValue
+    compute: Loader
+    inputs: tuple[int, ...]
+    loads: int
+    ops: int
+    origin: str
+    seq: int
+    view_of: int | None = None
+    restride: Restride | None = None
+    stride: tuple[int, ...] | None = None
+    candidate: bool = False
+    realized: TensorValue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """A computed node that inlines lazy values: their keys, evaluated once per element, and its own graph node."""
+
+    name: str
+    roots: tuple[int, ...]
+    origin: str
+
+
 @dataclass
 class LoweringContext:
-    """Mutable state of one lowering: nodes in order, buffers by name, and the node being lowered."""
+    """Mutable state of one lowering: nodes in order, buffers by name, and the node being lowered.
+
+    Every lazy value is recorded (``lazy``) with the values its loader inlines, so that the
+    cost of inlining it, and how often each computed node evaluates it, can be counted
+    transitively. Nodes stay ordered by when their value was defined: a value realized late
+    is computed at its definition, ahead of every node that reads it.
+    """
 
     nodes: list[Node] = field(default_factory=list)
     buffers: dict[str, Buffer] = field(default_factory=dict)
     origin: str = ""
     meta: Any = None
-    costs: dict[int, int] = field(default_factory=dict)
-    origins: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    _realized: dict[int, TensorValue] = field(default_factory=dict)
     storage_offsets: dict[str, int] = field(default_factory=dict)
-    _keep: list[TensorValue] = field(default_factory=list)
+    _lazy: list[LazyValue] = field(default_factory=list)
+    _key_of: dict[int, int] = field(default_factory=dict)
+    _readers: list[Reader] = field(default_factory=list)
+    _costs: dict[int, int] = field(default_factory=dict)
+    _realized_keys: list[int] = field(default_factory=list)
+    _node_seqs: list[int] = field(default_factory=list)
+    _clock: int = 0
     _counter: int = 0
 
     def new_name(self, prefix: str = "buf") -> str:
@@ -83,52 +141,261 @@ class LoweringContext:
         arg = BufferArg(buf.name, lay.size, lay.stride, lay.offset)
         return TensorValue(lay.dtype, lay.device, lay.size, buffer_loader(arg, lay.dtype), arg)
 
-    def track(self, value: TensorValue, inputs: Sequence[Any], cost: int) -> None:
-        """Record a new lazy ``value``: its cost (``cost`` plus its inputs') and the graph nodes it came from."""
-        tensors = [a for a in inputs if isinstance(a, TensorValue)]
-        self.costs[id(value)] = cost + sum(self.cost(a) for a in tensors)
-        found: dict[str, None] = {}
-        for a in tensors:
-            found.update(dict.fromkeys(self.origins.get(id(a), ())))
-        found[self.origin] = None
-        self.origins[id(value)] = tuple(found)
-        # Holding the value keeps its id() unique while the tables above use it.
-        self._keep.append(value)
+    def lazy(
+        self, value: TensorValue, inputs: Sequence[Any], ops_count: int, view_of: tuple[TensorValue, Restride] | None = None
+    ) -> TensorValue:
+        """Record a new unrealized ``value`` whose loader runs ``ops_count`` ops of its own and
+        evaluates each TensorValue in ``inputs`` once per element; return the value consumers use.
+
+        ``view_of`` is (base, restride) for a view of another lazy value: realizing the view can
+        then store the base and view its buffer (see ``remap``)."""
+        key = len(self._lazy)
+        table = self._lazy
+        compute = value.loader
+
+        def load(idx: Sequence[Expr]) -> Any:
+            real = table[key].realized
+            return compute(idx) if real is None else real.loader(idx)
+
+        shown = dataclasses.replace(value, loader=load)
+        self._register(shown, compute, inputs, ops_count)
+        if view_of is not None and id(view_of[0]) in self._key_of:
+            self._lazy[key].view_of = self._key_of[id(view_of[0])]
+            self._lazy[key].restride = view_of[1]
+        return shown
+
+    def _register(self, value: TensorValue, compute: Loader, inputs: Sequence[Any], ops_count: int) -> int:
+        keys: list[int] = []
+        loads = 0
+        for a in inputs:
+            if not isinstance(a, TensorValue):
+                continue
+            key = self._key_of.get(id(a))
+            if key is not None:
+                keys.append(key)
+            elif a.view is not None:
+                loads += 1
+        self._clock += 1
+        self._lazy.append(LazyValue(value, compute, tuple(keys), loads, ops_count, self.origin, self._clock))
+        # The record holds the value, which keeps its id() unique while the table uses it.
+        self._key_of[id(value)] = len(self._lazy) - 1
+        return len(self._lazy) - 1
+
+    def define(self, value: TensorValue, stride: Sequence[int] | None) -> None:
+        """Mark lazy ``value`` as a graph node's result (with eager's ``stride``): one worth realizing."""
+        key = self._key_of.get(id(value))
+        if key is not None and not self._lazy[key].candidate:
+            self._lazy[key].candidate = True
+            self._lazy[key].stride = None if stride is None else tuple(stride)
 
     def cost(self, value: TensorValue) -> int:
-        """Estimated ops in ``value``'s loader (0 for a realized buffer)."""
+        """Ops a consumer inlines by reading ``value``: its own, those of the unrealized values it
+        reads (transitively), and one load per realized buffer."""
         if value.view is not None:
-            return 0
-        return self.costs.get(id(value), 1)
+            return LOAD_COST
+        key = self._key_of.get(id(value))
+        return 1 if key is None else self._cost(key)
+
+    def _cost(self, key: int) -> int:
+        if self._lazy[key].realized is not None:
+            return LOAD_COST
+        # Iterative, in creation order (inputs are older than their readers): a long chain of
+        # views must not hit the recursion limit.
+        pending, stack = set(), [key]
+        while stack:
+            k = stack.pop()
+            if k in pending or k in self._costs or self._lazy[k].realized is not None:
+                continue
+            pending.add(k)
+            stack.extend(self._lazy[k].inputs)
+        for k in sorted(pending):
+            rec = self._lazy[k]
+            total = rec.ops + rec.loads * LOAD_COST
+            for i in rec.inputs:
+                total += LOAD_COST if self._lazy[i].realized is not None else self._costs[i]
+            self._costs[k] = total
+        return self._costs[key]
+
+    def _evaluations(self, roots: Sequence[int]) -> dict[int, int]:
+        """How often each unrealized lazy value is evaluated per element of a node inlining ``roots``."""
+        counts: dict[int, int] = {}
+        pending: list[int] = []
+
+        def add(key: int, n: int) -> None:
+            if self._lazy[key].realized is not None:
+                return
+            if key not in counts:
+                counts[key] = 0
+                heapq.heappush(pending, -key)
+            counts[key] += n
+
+        for r in roots:
+            add(r, 1)
+        # Latest first: every value that inlines a key was made after it, so its count is final
+        # when it comes off the heap.
+        while pending:
+            key = -heapq.heappop(pending)
+            for i in self._lazy[key].inputs:
+                add(i, counts[key])
+        return counts
+
+    def _origins(self, roots: Sequence[int], own: str) -> tuple[str, ...]:
+        names = [self._lazy[k].origin for k in sorted(self._evaluations(roots))]
+        return tuple(dict.fromkeys((*names, own)))
+
+    def _insert(self, node: Node, seq: int | None = None) -> None:
+        if seq is None:
+            self._clock += 1
+            seq = self._clock
+        at = bisect.bisect_right(self._node_seqs, seq)
+        self.nodes.insert(at, node)
+        self._node_seqs.insert(at, seq)
+
+    def _roots_of(self, value: TensorValue | None) -> tuple[int, ...]:
+        key = None if value is None else self._key_of.get(id(value))
+        return () if key is None else (key,)
 
     def realize(self, value: TensorValue, stride: Sequence[int] | None = None) -> TensorValue:
         """Materialize ``value`` into a buffer (once); ``stride`` fixes the layout when dense."""
         if value.view is not None:
             return value
-        cached = self._realized.get(id(value))
-        if cached is not None:
-            return cached
-        if stride is not None and len(stride) == value.ndim and is_dense(value.size, stride):
-            layout = Layout(value.dtype, value.device, value.size, tuple(stride), 0, False)
-        else:
-            layout = flexible_layout(value.dtype, value.device, value.size)
+        key = self._key_of.get(id(value))
+        if key is None:
+            key = self._register(value, value.loader, (), 1)
+        record = self._lazy[key]
+        if record.realized is not None:
+            return record.realized
+        if record.view_of is not None:
+            shared = self._realize_as_view(record, stride)
+            if shared is not None:
+                return shared
+        layout = self._layout_for(value, stride)
         name = self.new_name()
         buf = self.add_buffer(name, layout, "computed")
         ranges, kept = squeeze_ranges(value.size)
         ndim = value.ndim
-        loader = value.loader
+        loader = record.compute
 
         def body(xs: Sequence[Expr], rs: Sequence[Expr]) -> None:
             idx = expand_index(xs, kept, ndim)
             ops.store(name, layout.index(idx), loader(idx))
 
-        origins = self.origins.get(id(value), (self.origin,))
+        origins = self._origins(record.inputs, record.origin)
         wrapped = with_simplified_indices(body, ranges, ())
-        self.nodes.append(ComputedNode(name, "pointwise", (buf,), ranges, (), wrapped, origins))
-        out = self.value_of_buffer(buf)
-        self._realized[id(value)] = out
-        self._keep.append(value)
-        return out
+        self._readers.append(Reader(name, record.inputs, record.origin))
+        # Computed where the value was defined: nodes made since may read it through its loader.
+        self._insert(ComputedNode(name, "pointwise", (buf,), ranges, (), wrapped, origins), record.seq)
+        record.realized = self.value_of_buffer(buf)
+        self._costs.clear()
+        self._realized_keys.append(key)
+        return record.realized
+
+    def _layout_for(self, value: TensorValue, stride: Sequence[int] | None) -> Layout:
+        if stride is not None and len(stride) == value.ndim and is_dense(value.size, stride):
+            return Layout(value.dtype, value.device, value.size, tuple(stride), 0, False)
+        return flexible_layout(value.dtype, value.device, value.size)
+
+    def _realize_as_view(self, record: LazyValue, stride: Sequence[int] | None) -> TensorValue | None:
+        """``record``'s value (a view) as a strided view of its base's buffer, or None to copy it.
+
+        The base's other readers want the same data (a norm's output goes to a matmul through a
+        reshape and to a residual add without one): storing the base once serves them all, and
+        its node keeps the loop ranges of the reductions it reads, so it joins their kernel. An
+        unrealized base is realized only when the view covers all of it (not for a slice).
+        """
+        assert record.view_of is not None and record.restride is not None
+        base, restride, value = self._lazy[record.view_of], record.restride, record.value
+
+        def fits(found: Strided | None) -> bool:
+            if found is None:
+                return False
+            return stride is None or all(n == 1 or a == b for n, a, b in zip(value.size, found[0], stride))
+
+        if base.realized is None:
+            if base.value.numel > value.numel:
+                return None
+            if base.view_of is None:
+                layout = self._layout_for(base.value, base.stride)
+                if not fits(restride(layout.stride, layout.offset)):
+                    return None
+            real = self.realize(base.value, base.stride)
+        else:
+            real = base.realized
+        arg = real.view
+        found = None if arg is None else restride(arg.stride, arg.offset)
+        if arg is None or found is None or not fits(found):
+            return None
+        view = BufferArg(arg.buffer, value.size, tuple(int(s) for s in found[0]), int(found[1]))
+        record.realized = TensorValue(value.dtype, value.device, value.size, buffer_loader(view, value.dtype), view)
+        self._costs.clear()
+        self._realized_keys.append(self._key_of[id(value)])
+        return record.realized
+
+    def realize_recomputed(self, budget: int) -> None:
+        """Realize graph values while one wastes more than ``budget`` ops recomputing: its cost
+        times its evaluations beyond the first, both counted through the values that inline it.
+
+        Run once every reader is known. Inlining compounds: a value inlined into another that is
+        itself inlined in k places is evaluated k times, so a residual stream read by every
+        layer's norm would otherwise be recomputed from the embeddings in each of them. Greedy,
+        most waste first: realizing a value only lowers the waste of the others (the values it
+        read are evaluated once more, by its node, instead of once per evaluation of it, and the
+        values reading it get cheaper), so a value skipped now never becomes worth realizing.
+        """
+        reads = [self._evaluations(r.roots) for r in self._readers]
+        evals: dict[int, int] = {}
+        readers: dict[int, set[int]] = {}
+
+        def count(i: int, sign: int) -> None:
+            for k, n in reads[i].items():
+                evals[k] = evals.get(k, 0) + sign * n
+                if sign > 0:
+                    readers.setdefault(k, set()).add(i)
+                else:
+                    readers[k].discard(i)
+
+        def waste(key: int) -> int:
+            record, n = self._lazy[key], evals.get(key, 0)
+            if not record.candidate or record.realized is not None or n < 2:
+                return 0
+            return self._cost(key) * (n - 1)
+
+        for i in range(len(reads)):
+            count(i, 1)
+        # A max-heap of possibly stale wastes (they only ever go down): an entry is current
+        # when recomputing it still beats the next one's recorded waste.
+        heap = [(-w, -key) for key in range(len(self._lazy)) if (w := waste(key)) > budget]
+        heapq.heapify(heap)
+        while heap:
+            _, neg_key = heapq.heappop(heap)
+            key = -neg_key
+            w = waste(key)
+            if w <= budget:
+                continue
+            if heap and w < -heap[0][0]:
+                heapq.heappush(heap, (-w, neg_key))
+                continue
+            record = self._lazy[key]
+            done = len(self._realized_keys)
+            self.realize(record.value, record.stride)
+            # Realizing a reshape realizes the value it reshapes: recount the readers of both.
+            for i in sorted({i for k in self._realized_keys[done:] for i in readers.get(k, ())}):
+                count(i, -1)
+                reads[i] = self._evaluations(self._readers[i].roots)
+                count(i, 1)
+            for i in range(len(reads), len(self._readers)):
+                reads.append(self._evaluations(self._readers[i].roots))
+                count(i, 1)
+        self._refresh_origins()
+
+    def _refresh_origins(self) -> None:
+        """Name in each computed node only the graph nodes it still computes (realizing stops inlining)."""
+        where = {n.name: i for i, n in enumerate(self.nodes)}
+        for r in self._readers:
+            node = self.nodes[where[r.name]]
+            origins = self._origins(r.roots, r.origin)
+            if isinstance(node, ComputedNode) and node.origins != origins:
+                self.nodes[where[r.name]] = dataclasses.replace(node, origins=origins)
 
     def add_reduction(
         self,
@@ -145,7 +412,9 @@ class LoweringContext:
         finalize: Callable[[Any], Any] | None = None,
         source: TensorValue | None = None,
     ) -> TensorValue:
-        """Add a reduction of ``inner`` (over ``size``) across ``reduced`` dims; the result has ``out_size``."""
+        """Add a reduction of ``inner`` (over ``size``) across ``reduced`` dims; the result has ``out_size``.
+
+        ``source`` is the lazy value ``inner`` reads, if any, so its evaluations are counted."""
         ranges = tuple(size[d] for d in kept_dims if size[d] != 1)
         kept_loop = [d for d in kept_dims if size[d] != 1]
         rdims = [d for d in reduced if size[d] != 1]
@@ -172,9 +441,11 @@ class LoweringContext:
                 store_at = store_at + v * s
             ops.store(name, store_at, result)
 
-        origins = tuple(dict.fromkeys((*self.origins.get(id(source), ()), self.origin)))
+        roots = self._roots_of(source)
+        origins = self._origins(roots, self.origin)
         wrapped = with_simplified_indices(body, ranges, rranges)
-        self.nodes.append(ComputedNode(name, "reduction", (buf,), ranges, rranges, wrapped, origins, reduction_type))
+        self._readers.append(Reader(name, roots, self.origin))
+        self._insert(ComputedNode(name, "reduction", (buf,), ranges, rranges, wrapped, origins, reduction_type))
         return self.value_of_buffer(buf)
 
     def add_extern(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], metas: Any) -> Any:
@@ -189,8 +460,7 @@ class LoweringContext:
                 continue
             layout = Layout(m.dtype, m.device, tuple(int(s) for s in m.shape), tuple(int(s) for s in m.stride), 0, False)
             outs.append(self.add_buffer(f"{name}_{i}" if multi else name, layout, "extern"))
-        node = ExternNode(name, op, args, tuple(sorted(kwargs.items())), tuple(outs), multi, (self.origin,))
-        self.nodes.append(node)
+        self._insert(ExternNode(name, op, args, tuple(sorted(kwargs.items())), tuple(outs), multi, (self.origin,)))
         values = [self.value_of_buffer(b) if b is not None else None for b in outs]
         return tuple(values) if multi else values[0]
 

@@ -20,10 +20,8 @@ from .registry import register_lowering
 aten = torch.ops.aten
 
 
-def _lazy(ctx: LoweringContext, dtype: torch.dtype, size: Sequence[int], load: Any) -> TensorValue:
-    value = TensorValue(dtype, torch.device(ctx.meta.device), tuple(int(s) for s in size), load)
-    ctx.track(value, (), 1)
-    return value
+def _lazy(ctx: LoweringContext, dtype: torch.dtype, size: Sequence[int], load: Any, reads: Sequence[TensorValue] = ()) -> TensorValue:
+    return ctx.lazy(TensorValue(dtype, torch.device(ctx.meta.device), tuple(int(s) for s in size), load), reads, 1)
 
 
 def _filled(ctx: LoweringContext, fill: Any) -> TensorValue:
@@ -78,7 +76,7 @@ def _random(kind: str) -> Any:
             v = getattr(ops, kind)(seed_load([]), counter)
             return ops.to_dtype(v, out) if out != torch.float32 else v
 
-        return _lazy(ctx, out, dims, load)
+        return _lazy(ctx, out, dims, load, (seed,))
 
     return lower
 

@@ -114,6 +114,7 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
                 outputs.append(_lower_output(ctx, item, env))
         else:
             raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
+    ctx.realize_recomputed(config.inline_max_ops // 4)
     return LoweredGraph(tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple, dict(ctx.storage_offsets))
 
 
@@ -126,10 +127,13 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
 
 def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: Config) -> Any:
     target = node.target
+    meta = node.meta.get(META_KEY)
     if target is operator.getitem:
         base, idx = node.args
-        return fetch(base)[idx]
-    meta = node.meta.get(META_KEY)
+        item = fetch(base)[idx]
+        if isinstance(item, TensorValue) and item.view is None:
+            ctx.define(item, _meta_stride(meta))
+        return item
     fn = LOWERINGS.get(target)
     if fn is None:
         if target in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg):
@@ -148,10 +152,12 @@ def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: C
     except Exception as exc:
         raise LoweringError(f"lowering node '{node.name}' ({_op_name(target)}) failed: {exc}") from exc
     if isinstance(value, TensorValue) and value.view is None:
-        users = len(node.users)
-        cost = ctx.cost(value)
-        if cost > 4 * config.inline_max_ops or (users > 1 and cost > config.inline_max_ops // 4):
-            value = ctx.realize(value, _meta_stride(meta))
+        stride = _meta_stride(meta)
+        ctx.define(value, stride)
+        # Past this size an expression is not worth inlining even once; whether a cheaper value
+        # is recomputed in each reader is decided when all readers are known.
+        if ctx.cost(value) > 4 * config.inline_max_ops:
+            value = ctx.realize(value, stride)
     return value
 
 

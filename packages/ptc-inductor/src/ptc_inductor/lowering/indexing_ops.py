@@ -17,10 +17,9 @@ from .registry import register_lowering
 aten = torch.ops.aten
 
 
-def _lazy(ctx: LoweringContext, x: TensorValue, size: Sequence[int], load: Any, extra: int = 0) -> TensorValue:
-    value = TensorValue(x.dtype, x.device, tuple(int(s) for s in size), load)
-    ctx.track(value, (x,), 1 + extra)
-    return value
+def _lazy(ctx: LoweringContext, x: TensorValue, size: Sequence[int], load: Any, reads: Sequence[TensorValue]) -> TensorValue:
+    """A lazy value of ``x``'s dtype whose loader ``load`` reads ``x`` and the other ``reads``."""
+    return ctx.lazy(TensorValue(x.dtype, x.device, tuple(int(s) for s in size), load), (x, *reads), 1)
 
 
 def _indirect(index: TensorValue, at: Sequence[Expr], size: int) -> Expr:
@@ -37,7 +36,7 @@ def _gather(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, 
             src[d] = _indirect(index, idx, x.size[d])
         return x.loader(src)
 
-    return _lazy(ctx, x, ctx.meta.shape, load)
+    return _lazy(ctx, x, ctx.meta.shape, load, (index,))
 
 
 @register_lowering(aten.index_select.default)
@@ -50,7 +49,7 @@ def _index_select(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorV
             src[d] = _indirect(index, [idx[d]] if index.ndim else [], x.size[d])
         return x.loader(src)
 
-    return _lazy(ctx, x, ctx.meta.shape, load)
+    return _lazy(ctx, x, ctx.meta.shape, load, (index,))
 
 
 @register_lowering(aten.index.Tensor)
@@ -81,7 +80,7 @@ def _index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue |
             src[p] = ops.indirect_indexing(loaders[p](bidx), x.size[p])
         return x.loader(src)
 
-    return _lazy(ctx, x, out_size, load)
+    return _lazy(ctx, x, out_size, load, tensors)
 
 
 def _scatter_region(ctx: LoweringContext, x: TensorValue, src: TensorValue, inside: Any, src_index: Any) -> TensorValue:
@@ -95,7 +94,7 @@ def _scatter_region(ctx: LoweringContext, x: TensorValue, src: TensorValue, insi
         v = ops.where(mask, s, _cast(x.loader(idx), x.dtype, cd))
         return ops.to_dtype(v, x.dtype) if cd != x.dtype else v
 
-    return _lazy(ctx, x, x.size, load, ctx.cost(src))
+    return _lazy(ctx, x, x.size, load, (src,))
 
 
 def _cast(v: Any, a: torch.dtype, b: torch.dtype) -> Any:

@@ -86,9 +86,7 @@ def make_pointwise(
         result = fn(*[ld(idx) for ld in loaders])
         return ops.to_dtype(result, out) if out != cdtype else result
 
-    value = TensorValue(out, dev, size, loader)
-    ctx.track(value, args, 1)
-    return value
+    return ctx.lazy(TensorValue(out, dev, size, loader), args, 1)
 
 
 def _device_of(args: Sequence[Any], meta: Any) -> torch.device:
@@ -341,9 +339,7 @@ def _where(ctx: LoweringContext, cond: Any, a: Any, b: Any) -> TensorValue:
         return ops.to_dtype(r, ctx_dtype) if ctx_dtype != cd else r
 
     ctx_dtype = ctx.meta.dtype
-    value = TensorValue(ctx_dtype, inner.device, size, loader)
-    ctx.track(value, (inner, cond_v), 0)
-    return value
+    return ctx.lazy(TensorValue(ctx_dtype, inner.device, size, loader), (inner, cond_v), 0)
 
 
 @register_lowering(aten.clamp.default, aten.clamp.Tensor)

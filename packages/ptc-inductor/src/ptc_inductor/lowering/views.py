@@ -11,7 +11,7 @@ import torch
 from ..indexing import Expr, contiguous_strides, linear_index, unravel
 from ..ir import BufferArg, TensorValue
 from ..virtualized import ops
-from .context import LoweringContext, buffer_loader
+from .context import LoweringContext, Restride, Strided, Strides, buffer_loader
 from .pointwise import broadcast_loader, compute_dtype
 from .registry import register_lowering
 
@@ -20,36 +20,29 @@ aten = torch.ops.aten
 IndexFn = Callable[[Sequence[Expr]], list[Expr]]
 
 
-def remap(
-    ctx: LoweringContext,
-    x: TensorValue,
-    size: Sequence[int],
-    index_fn: IndexFn,
-    strided: tuple[Sequence[int], int] | None,
-) -> TensorValue:
-    """A view of ``x`` with ``size``; ``strided`` gives (strides, offset) when x is a strided buffer view."""
+def remap(ctx: LoweringContext, x: TensorValue, size: Sequence[int], index_fn: IndexFn, restride: Restride) -> TensorValue:
+    """A view of ``x`` with ``size``: ``index_fn`` maps its index to x's, ``restride`` maps x's
+    (strides, offset) to its own, or gives None when no strides express it.
+
+    A view of a buffer is a strided view of it; a view of a lazy value stays lazy, and keeps
+    ``restride`` so that realizing it can view the realized ``x`` instead of copying.
+    """
     dims = tuple(int(s) for s in size)
-    if x.view is not None and strided is not None:
-        stride, offset = strided
-        arg = BufferArg(x.view.buffer, dims, tuple(int(s) for s in stride), int(offset))
-        return TensorValue(x.dtype, x.device, dims, buffer_loader(arg, x.dtype), arg)
+    if x.view is not None:
+        found = restride(x.view.stride, x.view.offset)
+        if found is not None:
+            arg = BufferArg(x.view.buffer, dims, tuple(int(s) for s in found[0]), int(found[1]))
+            return TensorValue(x.dtype, x.device, dims, buffer_loader(arg, x.dtype), arg)
     loader = x.loader
 
     def load(idx: Sequence[Expr]) -> Any:
         return loader(index_fn(idx))
 
-    value = TensorValue(x.dtype, x.device, dims, load)
-    ctx.track(value, (x,), 0)
-    return value
+    return ctx.lazy(TensorValue(x.dtype, x.device, dims, load), (x,), 0, view_of=(x, restride))
 
 
 def _norm_dim(d: int, ndim: int) -> int:
     return d + max(ndim, 1) if d < 0 else d
-
-
-def _strided(x: TensorValue) -> tuple[tuple[int, ...], int]:
-    assert x.view is not None
-    return x.view.stride, x.view.offset
 
 
 @register_lowering(aten.permute.default)
@@ -63,29 +56,26 @@ def _permute(ctx: LoweringContext, x: TensorValue, dims: Sequence[int]) -> Tenso
             old[d] = idx[i]
         return old
 
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
-        strided = ([st[d] for d in order], off)
-    return remap(ctx, x, size, index_fn, strided)
+    def restride(st: Strides, off: int) -> Strided:
+        return [st[d] for d in order], off
+
+    return remap(ctx, x, size, index_fn, restride)
 
 
 @register_lowering(aten.expand.default)
 def _expand(ctx: LoweringContext, x: TensorValue, size: Sequence[int], *, implicit: bool = False) -> TensorValue:
     shift = len(size) - x.ndim
     new_size = [x.size[i - shift] if (s == -1 and i >= shift) else int(s) for i, s in enumerate(size)]
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
+    def restride(st: Strides, off: int) -> Strided:
         new_stride = [0] * len(new_size)
         for i in range(shift, len(new_size)):
             new_stride[i] = 0 if (x.size[i - shift] == 1 and new_size[i] != 1) else st[i - shift]
-        strided = (new_stride, off)
+        return new_stride, off
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
         return [sympy.Integer(0) if x.size[d] == 1 else idx[d + shift] for d in range(x.ndim)]
 
-    return remap(ctx, x, new_size, index_fn, strided)
+    return remap(ctx, x, new_size, index_fn, restride)
 
 
 def _drop_dims(ctx: LoweringContext, x: TensorValue, drop: set[int]) -> TensorValue:
@@ -98,11 +88,10 @@ def _drop_dims(ctx: LoweringContext, x: TensorValue, drop: set[int]) -> TensorVa
             old[d] = idx[i]
         return old
 
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
-        strided = ([st[d] for d in keep], off)
-    return remap(ctx, x, size, index_fn, strided)
+    def restride(st: Strides, off: int) -> Strided:
+        return [st[d] for d in keep], off
+
+    return remap(ctx, x, size, index_fn, restride)
 
 
 @register_lowering(aten.squeeze.dims)
@@ -116,17 +105,15 @@ def _unsqueeze(ctx: LoweringContext, x: TensorValue, dim: int) -> TensorValue:
     d = dim + x.ndim + 1 if dim < 0 else dim
     size = list(x.size)
     size.insert(d, 1)
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
+    def restride(st: Strides, off: int) -> Strided:
         new_st = list(st)
         new_st.insert(d, 1)
-        strided = (new_st, off)
+        return new_st, off
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
         return [i for j, i in enumerate(idx) if j != d]
 
-    return remap(ctx, x, size, index_fn, strided)
+    return remap(ctx, x, size, index_fn, restride)
 
 
 @register_lowering(aten.slice.Tensor)
@@ -139,19 +126,17 @@ def _slice(ctx: LoweringContext, x: TensorValue, dim: int = 0, start: int | None
     length = max(0, (hi - lo + step - 1) // step)
     size = list(x.size)
     size[d] = length
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
+    def restride(st: Strides, off: int) -> Strided:
         new_st = list(st)
         new_st[d] = st[d] * step
-        strided = (new_st, off + lo * st[d])
+        return new_st, off + lo * st[d]
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
         old = list(idx)
         old[d] = idx[d] * step + lo
         return old
 
-    return remap(ctx, x, size, index_fn, strided)
+    return remap(ctx, x, size, index_fn, restride)
 
 
 @register_lowering(aten.select.int)
@@ -159,17 +144,15 @@ def _select(ctx: LoweringContext, x: TensorValue, dim: int, index: int) -> Tenso
     d = _norm_dim(dim, x.ndim)
     i = index + x.size[d] if index < 0 else index
     size = [s for j, s in enumerate(x.size) if j != d]
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
-        strided = ([s for j, s in enumerate(st) if j != d], off + i * st[d])
+    def restride(st: Strides, off: int) -> Strided:
+        return [s for j, s in enumerate(st) if j != d], off + i * st[d]
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
         old = list(idx)
         old.insert(d, sympy.Integer(i))
         return old
 
-    return remap(ctx, x, size, index_fn, strided)
+    return remap(ctx, x, size, index_fn, restride)
 
 
 @register_lowering(aten.alias.default)
@@ -207,33 +190,29 @@ def view_strides(old_size: Sequence[int], old_stride: Sequence[int], new_size: S
 @register_lowering(aten.view.default)
 def _view(ctx: LoweringContext, x: TensorValue, size: Sequence[int]) -> TensorValue:
     new_size = [int(s) for s in ctx.meta.shape]
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
-        found = view_strides(x.size, st, new_size)
-        if found is not None:
-            strided = (found, off)
     old_size = x.size
     new_strides = contiguous_strides(new_size)
+
+    def restride(st: Strides, off: int) -> Strided | None:
+        found = view_strides(old_size, st, new_size)
+        return None if found is None else (found, off)
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
         return unravel(linear_index(idx, new_strides), old_size)
 
-    return remap(ctx, x, new_size, index_fn, strided)
+    return remap(ctx, x, new_size, index_fn, restride)
 
 
 @register_lowering(aten.unfold.default)
 def _unfold(ctx: LoweringContext, x: TensorValue, dimension: int, size: int, step: int) -> TensorValue:
     d = _norm_dim(dimension, x.ndim)
     out = [int(s) for s in ctx.meta.shape]
-    strided = None
-    if x.view is not None:
-        st, off = _strided(x)
+    def restride(st: Strides, off: int) -> Strided:
         new_st = list(st) if x.ndim else []
         if x.ndim:
             new_st[d] = st[d] * step
         new_st.append(st[d] if x.ndim else 1)
-        strided = (new_st, off)
+        return new_st, off
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
         if not x.ndim:
@@ -242,7 +221,7 @@ def _unfold(ctx: LoweringContext, x: TensorValue, dimension: int, size: int, ste
         old[d] = idx[d] * step + idx[-1]
         return old
 
-    return remap(ctx, x, out, index_fn, strided)
+    return remap(ctx, x, out, index_fn, restride)
 
 
 @register_lowering(aten.as_strided.default)
@@ -297,9 +276,7 @@ def _cat(ctx: LoweringContext, tensors: Sequence[TensorValue], dim: int = 0) -> 
             result = part if result is None else ops.where(below, part, result)
         return ops.to_dtype(result, dtype) if dtype != cd else result
 
-    value = TensorValue(dtype, torch.device(ctx.meta.device), out_size, load)
-    ctx.track(value, [t for _, _, t in parts], 1)
-    return value
+    return ctx.lazy(TensorValue(dtype, torch.device(ctx.meta.device), out_size, load), [t for _, _, t in parts], 1)
 
 
 @register_lowering(aten.constant_pad_nd.default)
@@ -327,9 +304,7 @@ def _pad(ctx: LoweringContext, x: TensorValue, pad: Sequence[int], value: float 
         v = ops.masked(mask, lambda: _cast(x.loader(src), x.dtype, cd), value, cd)
         return ops.to_dtype(v, x.dtype) if x.dtype != cd else v
 
-    result = TensorValue(x.dtype, x.device, out_size, load)
-    ctx.track(result, (x,), 1)
-    return result
+    return ctx.lazy(TensorValue(x.dtype, x.device, out_size, load), (x,), 1)
 
 
 def _cast(v: Any, src: torch.dtype, dst: torch.dtype) -> Any:
