@@ -206,6 +206,10 @@ def cudnn_batch_norm(  # parameter names follow the op's schema
             " functionalize the graph first (it becomes _native_batch_norm_legit_functional)"
         )
     out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon)
+    if not training:
+        # cuDNN saves statistics for a backward only in training; in eval they come back empty.
+        save_mean = aten.empty.memory_format([0], dtype=save_mean.dtype, device=input.device)
+        save_rstd = aten.empty.memory_format([0], dtype=save_rstd.dtype, device=input.device)
     return out, save_mean, save_rstd, aten.empty.memory_format([0], dtype=torch.uint8, device=input.device)
 
 
