@@ -167,7 +167,8 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         import ptc_cudagraphs
 
         snap = ptc_cudagraphs.stats()
-        graphs = f"{snap.recordings} rec, {snap.replays} replays, eager {snap.eager_calls} {snap.fallbacks}"
+        graphs = (f"{snap.recordings} rec, {snap.replays} replays, eager {snap.eager_calls} {snap.fallbacks}, "
+                  f"pool {snap.pool_bytes / 2**20:.1f} MiB, pinned outputs {snap.pinned_output_bytes / 2**20:.1f} MiB")
     return {
         "graphs": graphs,
         "impl": impl,
