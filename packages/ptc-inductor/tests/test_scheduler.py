@@ -95,3 +95,16 @@ def test_transposed_consumer_of_an_intermediate_is_not_fused() -> None:
 
     compiled = check(fn, torch.randn(80, 80))
     assert compiled.kernel_count >= 2
+
+
+def test_a_reduction_nobody_reads_is_not_computed() -> None:
+    # max_pool2d_with_indices in inference: the decomposition makes the argmax, the graph
+    # returns only the max. The argmax must not run inside the max's kernel.
+    def pool_values(x: torch.Tensor) -> torch.Tensor:
+        values = aten.amax.default(x, [-1])
+        aten.argmax.default(x, -1)
+        return aten.add.Tensor(values, 1.0)
+
+    compiled = check(pool_values, torch.randn(32, 9))
+    reductions = [n.reduction_type for k in compiled.schedule.kernels for n in k.nodes if n.is_reduction]
+    assert reductions == ["max"]

@@ -65,9 +65,9 @@ def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir
 
 def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_backend) -> CompiledGraph:
     """Schedule, plan, generate, build and wrap an already lowered graph."""
-    sched = schedule(lowered.nodes, cfg)  # 2. schedule and fuse into kernels
+    sched = schedule(lowered.nodes, cfg, lowered.output_buffers)  # 2. schedule and fuse into kernels
     cpp_kernels = {k.name for k in sched.kernels if not uses_triton(k, cfg)}
-    plan = plan_memory(sched, lowered.buffers, _output_buffers(lowered), cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
+    plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
     built = backend(sched, plan, lowered.buffers, cfg)  # 4. generate, build and load the kernels
     source, path = built.source, built.artifact
     # 5. the Python wrapper that allocates buffers and runs kernels and extern calls in order
@@ -85,10 +85,6 @@ def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_
 def compile_source(text: str) -> Any:
     """Byte-compile the generated wrapper (``compile`` here is ours, so reach the builtin explicitly)."""
     return builtins.compile(text, "<ptc_inductor wrapper>", "exec")
-
-
-def _output_buffers(lowered: LoweredGraph) -> set[str]:
-    return {o.view.buffer for o in lowered.outputs if o.view is not None}
 
 
 def _write_debug(path: str, lowered: LoweredGraph, sched: Schedule, plan: MemoryPlan, source: str, wrapper: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import sympy
@@ -127,9 +127,32 @@ def dependencies_ok(nodes: Sequence[ComputedNode], outer: tuple[int, ...], acces
     return True
 
 
-def schedule(nodes: Sequence[Node], config: Config) -> Schedule:
-    """Order nodes into kernels and extern calls, fusing where legal and profitable."""
+def live_nodes(nodes: Sequence[Node], accesses: dict[str, Access], outputs: Collection[str]) -> list[Node]:
+    """``nodes`` without the computed ones whose buffers nothing reads and no output returns.
+
+    A decomposition can leave work nobody uses (max_pool2d's argmax in inference): it would
+    still run, inside the kernel of the value it shares loops with. Extern calls are kept.
+    """
+    live = set(outputs)
+    kept: list[Node] = []
+    for node in reversed(nodes):
+        if isinstance(node, ComputedNode):
+            if not any(b.name in live for b in node.outputs):
+                continue
+            live.update(accesses[node.name].reads())
+        else:
+            live.update(node.reads)
+        kept.append(node)
+    return kept[::-1]
+
+
+def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | None = None) -> Schedule:
+    """Order nodes into kernels and extern calls, fusing where legal and profitable.
+
+    With ``outputs`` (the graph's output buffers), computed nodes nothing needs are dropped."""
     accesses = {n.name: analyze(n) for n in nodes if isinstance(n, ComputedNode)}
+    if outputs is not None:
+        nodes = live_nodes(nodes, accesses, outputs)
     steps: list[list[ComputedNode] | ExternNode] = []
     outers: list[tuple[int, ...]] = []
     produced_at: dict[str, int] = {}

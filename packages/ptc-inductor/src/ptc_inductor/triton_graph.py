@@ -64,7 +64,7 @@ def compile_triton_graph(gm: torch.fx.GraphModule, config: Config | None = None,
     """Compile a core/1 graph into Triton kernels (compiled ahead, in parallel, when ``device`` is CUDA)."""
     cfg = config if config is not None else config_from_env()
     lowered = lower_graph(gm, cfg)
-    sched = schedule(lowered.nodes, cfg)
+    sched = schedule(lowered.nodes, cfg, lowered.output_buffers)
     kernels = tuple(generate_triton_kernel(k, lowered.buffers, sched.accesses, cfg) for k in sched.kernels)
     launchers = load_launchers(kernels, triton_options(cfg), device)
     by_name = {k.name: k for k in kernels}

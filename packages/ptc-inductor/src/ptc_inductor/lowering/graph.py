@@ -39,6 +39,11 @@ class LoweredGraph:
     output_is_tuple: bool
     storage_offsets: dict[str, int]
 
+    @property
+    def output_buffers(self) -> set[str]:
+        """Names of the buffers the graph's outputs view."""
+        return {o.view.buffer for o in self.outputs if o.view is not None}
+
 
 def _meta(node: torch.fx.Node) -> Any:
     if META_KEY not in node.meta:
