@@ -54,3 +54,16 @@ def test_large_pointwise_kernel_is_parallel_and_vectorized() -> None:
 
     compiled = check(fn, torch.randn(64, 1024))
     assert "#pragma omp parallel for" in compiled.cpp_source and "#pragma omp simd" in compiled.cpp_source
+
+
+def test_softmax_computes_exp_once_per_element() -> None:
+    # The sum's input exp(x - max) is kept in a row buffer that the normalizing loop reads.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [-1], True)))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True))
+
+    x = torch.randn(64, 512)
+    x[:, 100:] = float("-inf")
+    compiled = check(fn, x)
+    kernel = compiled.cpp_source[compiled.cpp_source.index('extern "C"') :]
+    assert kernel.count("ptc_exp(") == 1 and "row0[" in kernel

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from .cpp_index import cconst, cexpr, compute_ctype, storage_ctype
 from .cpp_prelude import PRELUDE
 
 _UNARY = {
-    "exp": "std::exp({0})",
+    "exp": "ptc_exp({0})",
     "exp2": "std::exp2({0})",
     "expm1": "std::expm1({0})",
     "log": "std::log({0})",
@@ -130,6 +131,17 @@ _MERGE = {
 }
 
 
+_COSTLY_OPS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "lgamma", "digamma", "i0",
+})
+"""Ops worth a store and a load to avoid computing twice (a row buffer, see _RowCache)."""
+
+_ROW_CACHE_MAX = 8192
+"""Most elements of one row buffer: it lives on each thread's stack and should stay in L1/L2."""
+
+_TMP_NAME = re.compile(r"\btmp\d+\b")
+
 _SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "ptc_max", "min": "ptc_min"}
 """Reductions whose accumulator OpenMP can split across vector lanes."""
 
@@ -158,6 +170,31 @@ def _reduction_init(rtype: str, dtype: torch.dtype, src_dtype: torch.dtype) -> t
 
 
 @dataclass
+class _RowValue:
+    """The costly per-element input of a row reduction, as a later node of the kernel would key it."""
+
+    key: str
+    name: str
+    ctype: str
+    index: str
+
+
+@dataclass
+class _RowCache:
+    """A row reduction's input kept in a per-thread array, so later nodes over the row read it.
+
+    Softmax is the case: sum(exp(x - max)) then exp(x - max) / sum computes exp twice per
+    element without it.
+    """
+
+    array: str
+    value: _RowValue
+    ranges: tuple[int, ...]
+    code: _NodeCode
+    used: bool = False
+
+
+@dataclass
 class _Acc:
     name: str
     rtype: str
@@ -173,6 +210,8 @@ class _NodeCode:
         self.body: list[str] = []
         self.suffix: list[str] = []
         self.accs: list[_Acc] = []
+        self.row_value: _RowValue | None = None
+        self.stores: set[str] = set()
 
 
 class CppOps:
@@ -188,6 +227,9 @@ class CppOps:
         partial: bool,
         hoist: frozenset[sympy.Symbol] | None,
         local: frozenset[str] = frozenset(),
+        canon: dict[sympy.Symbol, sympy.Symbol] | None = None,
+        row_reads: dict[str, _RowCache] | None = None,
+        row_index: str = "",
     ) -> None:
         self.code = code
         self.local = local
@@ -201,15 +243,53 @@ class CppOps:
         self.rvars = rvars
         self.rranges = rranges
         self.partial = partial
+        # Canonical keys let two nodes of a kernel recognise the same per-element value:
+        # inner loop variables are renamed to c0.. (``canon``) and temporaries to their keys.
+        self.canon = canon
+        self.keys: dict[str, str] = {}
+        self.costly: set[str] = set()
+        self.row_reads = row_reads or {}
+        self.row_index = row_index
 
-    def _emit(self, expr: str) -> str:
+    def _key(self, expr: str) -> str | None:
+        """``expr`` with every temporary replaced by its key; None if one has no key."""
+        missing = False
+
+        def sub(m: re.Match[str]) -> str:
+            nonlocal missing
+            k = self.keys.get(m.group(0))
+            if k is None:
+                missing = True
+                return ""
+            return k
+
+        key = _TMP_NAME.sub(sub, expr)
+        return None if missing or self.canon is None else key
+
+    def _emit(self, expr: str, key: str | None = None, costly: bool = False) -> str:
         found = self.cse.get(expr)
         if found is not None:
             return found
+        if key is None:
+            key = self._key(expr)
+        cache = self.row_reads.get(key) if key is not None else None
         name = self._fresh()
-        self.lines.append(f"auto {name} = {expr};")
+        if cache is not None:
+            cache.used = True
+            self.lines.append(f"auto {name} = {cache.array}[{self.row_index}];")
+        else:
+            self.lines.append(f"auto {name} = {expr};")
         self.cse[expr] = name
+        if key is not None:
+            self.keys[name] = key
+        if costly or any(t in self.costly for t in _TMP_NAME.findall(expr)):
+            self.costly.add(name)
         return name
+
+    def _canon_ref(self, ref: str, index: Expr, name: str) -> str | None:
+        if self.canon is None:
+            return None
+        return ref.replace(f"{name}[{cexpr(index)}]", f"{name}[{cexpr(sympy.expand(index.subs(self.canon)))}]")
 
     def load(self, name: str, index: Expr) -> str:
         if name in self.local:
@@ -228,11 +308,14 @@ class CppOps:
                 found = self._fresh()
                 self.code.prefix.append(f"auto {found} = {ref};")
                 self.hoisted[ref] = found
+                if self.canon is not None:
+                    self.keys[found] = ref
             return found
-        return self._emit(ref)
+        return self._emit(ref, key=self._canon_ref(ref, index, name))
 
     def store(self, name: str, index: Expr, value: str) -> None:
         dtype = self.buffers[name].layout.dtype
+        self.code.stores.add(name)
         if name in self.local:
             rounded = self.to_dtype(value, dtype) if dtype in (torch.bfloat16, torch.float16) else value
             self.lines.append(f"{name}_v = static_cast<{compute_ctype(dtype)}>({rounded});")
@@ -297,6 +380,9 @@ class CppOps:
         self.code.prefix.append(f"{ctype} {acc} = {init};")
         flat = sum((v * s for v, s in zip(self.rvars, contiguous_strides(self.rranges))), sympy.Integer(0))
         target = f"{acc}_part" if self.partial else acc
+        key = self.keys.get(value)
+        if key is not None and value in self.costly and src_dtype.is_floating_point and self.code.row_value is None:
+            self.code.row_value = _RowValue(key, value, compute_ctype(src_dtype), cexpr(sympy.expand(flat)))
         self.lines.append(_COMBINE[rtype].format(acc=target, v=value, i=cexpr(sympy.expand(flat))))
         self.lines = self.code.suffix
         self.cse = {}
@@ -309,7 +395,8 @@ class CppOps:
     def __getattr__(self, name: str) -> Callable[..., str]:
         if name in _UNARY:
             fmt = _UNARY[name]
-            return lambda x: self._emit(fmt.format(x))
+            costly = name in _COSTLY_OPS
+            return lambda x: self._emit(fmt.format(x), costly=costly)
         if name in _BINARY:
             fmt2 = _BINARY[name]
             return lambda a, b: self._emit(fmt2.format(a, b))
@@ -359,12 +446,28 @@ class _KernelWriter:
             self.line(prefix + "    " + text)
         self.line(prefix + "}")
 
-    def node_code(self, node: ComputedNode, partial: bool = False, outer: int | None = None) -> _NodeCode:
-        """Run ``node``'s body through CppOps; loads that only use the first ``outer`` loop vars are hoisted."""
+    def node_code(
+        self, node: ComputedNode, partial: bool = False, outer: int | None = None, row_reads: dict[str, _RowCache] | None = None
+    ) -> _NodeCode:
+        """Run ``node``'s body through CppOps; loads that only use the first ``outer`` loop vars are hoisted.
+
+        With ``row_reads`` (only below ``outer`` shared loops), values keyed there are read from
+        their row buffers instead of computed again.
+        """
         code = _NodeCode()
         xs, rs = node_vars(node)
         hoist = None if outer is None else frozenset(xvar(i) for i in range(outer))
-        handler = CppOps(code, self.buffers, self.fresh, rs, node.reduction_ranges, partial, hoist, self.local)
+        canon: dict[sympy.Symbol, sympy.Symbol] | None = None
+        row_index = ""
+        if row_reads is not None and outer is not None:
+            inner = rs if node.is_reduction else xs[outer:]
+            canon = {v: sympy.Symbol(f"c{i}", integer=True, nonnegative=True) for i, v in enumerate(inner)}
+            sizes = node.reduction_ranges if node.is_reduction else node.ranges[outer:]
+            flat = sum((v * st for v, st in zip(inner, contiguous_strides(sizes))), sympy.Integer(0))
+            row_index = cexpr(sympy.expand(flat))
+        handler = CppOps(
+            code, self.buffers, self.fresh, rs, node.reduction_ranges, partial, hoist, self.local, canon, row_reads, row_index
+        )
         with set_ops_handler(handler):
             node.body(xs, rs)
         return code
@@ -375,10 +478,11 @@ class _KernelWriter:
                   + (f" x {list(node.reduction_ranges)}" if node.reduction_ranges else "")
                   + f", from graph node(s) {', '.join(node.origins)}")
 
-    def emit_inner(self, node: ComputedNode, k: int) -> None:
-        """Emit ``node``'s loops below the kernel's ``k`` shared outer loops."""
+    def emit_inner(self, node: ComputedNode, k: int, code: _NodeCode | None = None) -> None:
+        """Emit ``node``'s loops below the kernel's ``k`` shared outer loops (``code``: its body, if made already)."""
         self.comment(node)
-        code = self.node_code(node, outer=k)
+        if code is None:
+            code = self.node_code(node, outer=k)
         self.line("{")
         self.indent += 1
         for text in code.prefix:
@@ -433,6 +537,31 @@ class _KernelWriter:
         self.indent -= 1
         self.line("}")
 
+    def row_shared_codes(self, k: int) -> tuple[list[_NodeCode], list[_RowCache]]:
+        """Every node's code below ``k`` shared loops, with costly row-reduction inputs kept in row buffers.
+
+        A cache is offered only to later nodes over the same inner ranges, and is dropped once a
+        node in between writes a buffer its value reads.
+        """
+        codes: list[_NodeCode] = []
+        caches: list[_RowCache] = []
+        live: list[_RowCache] = []
+        for node in self.kernel.nodes:
+            inner = tuple(node.reduction_ranges if node.is_reduction else node.ranges[k:])
+            reads = {c.value.key: c for c in live if c.ranges == inner}
+            code = self.node_code(node, outer=k, row_reads=reads)
+            live = [c for c in live if not any(f"{name}[" in c.value.key for name in code.stores)]
+            value = code.row_value
+            if value is not None and _numel(inner) <= _ROW_CACHE_MAX:
+                cache = _RowCache(f"row{len(caches)}", value, inner, code)
+                caches.append(cache)
+                live.append(cache)
+            codes.append(code)
+        for cache in caches:
+            if cache.used:
+                cache.code.body.append(f"{cache.array}[{cache.value.index}] = {cache.value.name};")
+        return codes, [c for c in caches if c.used]
+
     def declare_locals(self) -> None:
         """Declare the kernel-local buffers: one value per outer point, kept out of memory."""
         for name in sorted(self.local):
@@ -483,8 +612,11 @@ class _KernelWriter:
         self.line("{")
         self.indent += 1
         self.declare_locals()
-        for node in kernel.nodes:
-            self.emit_inner(node, k)
+        codes, rows = self.row_shared_codes(k)
+        for row in rows:
+            self.line(f"alignas(64) {row.value.ctype} {row.array}[{_numel(row.ranges)}];")
+        for node, code in zip(kernel.nodes, codes):
+            self.emit_inner(node, k, code)
         self.indent -= 1
         self.line("}")
 

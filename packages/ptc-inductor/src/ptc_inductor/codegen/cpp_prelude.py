@@ -63,7 +63,49 @@ template <typename T> static inline T ptc_sign(T x) {
 }
 template <typename T> static inline T ptc_abs(T x) { if constexpr (std::is_same_v<T, bool>) return x; else return x < 0 ? -x : x; }
 template <typename T> static inline T ptc_bitwise_not(T x) { if constexpr (std::is_same_v<T, bool>) return !x; else return ~x; }
-template <typename T> static inline T ptc_sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+// float exp as plain arithmetic, so gcc inlines and vectorizes it. glibc's vector expf (libmvec)
+// drops to its scalar path for every vector holding a lane below ln(FLT_MIN) ~ -87.3, which
+// masked attention scores (-1e9, -inf) hit on every row. exp(x) = 2^n * e^r with
+// n = round(x / ln2) and r = x - n*ln2 in [-ln2/2, ln2/2]:
+// - x is clamped to [-104, 89] first: e^-104 rounds to 0 and e^89 overflows, so -inf/+inf
+//   and every x beyond come out 0 and inf; a NaN fails both compares and stays NaN.
+// - n is rounded by adding 1.5*2^23, which leaves n in the low mantissa bits (no float->int
+//   conversion, which would be UB for NaN); ln2 is split in two (Cody-Waite): the high part
+//   has 9 significant bits so n*hi is exact for |n| < 2^15.
+// - e^r = 1 + r + r^2*P(r): P is our own weighted least-squares (Lawson) fit of
+//   (e^r - 1 - r)/r^2 on [-ln2/2, ln2/2], relative error 3e-9, below float rounding.
+// - 2^n is applied as two factors 2^(n/2) built in the exponent bits, so both stay normal
+//   floats while the product reaches subnormal results (n down to -150) and overflows to inf.
+static inline float ptc_expf(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 89.0f ? 89.0f : x;
+  const float shifter = 12582912.0f;  // 1.5 * 2^23
+  float z = x * 1.442695041f + shifter;
+  float n = z - shifter;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.121944417e-4f;
+  float p = 1.381461276e-3f;
+  p = p * r + 8.368710056e-3f;
+  p = p * r + 4.166838899e-2f;
+  p = p * r + 1.666652113e-1f;
+  p = p * r + 4.999999404e-1f;
+  float e = (p * r) * r + r + 1.0f;
+  uint32_t zbits, shbits;
+  std::memcpy(&zbits, &z, 4);
+  std::memcpy(&shbits, &shifter, 4);
+  int32_t ni = static_cast<int32_t>(zbits - shbits);  // n, in [-150, 129] for finite x
+  int32_t n1 = ni >> 1, n2 = ni - n1;
+  uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4);
+  std::memcpy(&s2, &b2, 4);
+  return e * s1 * s2;
+}
+// Float exp goes through ptc_expf; double (and integer, promoted to double) keep std::exp.
+template <typename T> static inline auto ptc_exp(T x) {
+  if constexpr (std::is_same_v<T, float>) return ptc_expf(x); else return std::exp(x);
+}
+template <typename T> static inline T ptc_sigmoid(T x) { return T(1) / (T(1) + ptc_exp(-x)); }
 template <typename T> static inline T ptc_rsqrt(T x) { return T(1) / std::sqrt(x); }
 template <typename T> static inline T ptc_frac(T x) { return x - std::trunc(x); }
 template <typename T> static inline T ptc_round(T x) { return std::nearbyint(x); }
