@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -12,6 +13,8 @@ import torch
 
 from ptc_cudagraphs.errors import CaptureError
 from ptc_cudagraphs.recording import FlatFn, input_aliases, view_of_input
+
+log = logging.getLogger("ptc.cudagraphs")
 
 # torch's sync debug mode warns with the first text on each synchronising call, and once per
 # process with the second when the mode is switched on.
@@ -221,13 +224,17 @@ def _end_generator_capture(stream: torch.cuda.Stream, device: torch.device) -> N
     # A failed capture never reaches the end that takes the device's default generator out of
     # capture mode, and from then on every random op outside a graph fails with "Offset
     # increment outside graph capture". One small capture that does end puts it back.
-    scratch = torch.zeros(1, device=device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        scratch.add_(1)
-        graph.capture_end()
-    torch.cuda.synchronize(device)
+    # If even this fails, the caller's fallback must still happen: the error is not raised.
+    try:
+        scratch = torch.zeros(1, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            graph.capture_begin()
+            scratch.add_(1)
+            graph.capture_end()
+        torch.cuda.synchronize(device)
+    except RuntimeError as exc:
+        log.warning("cudagraphs: could not reset the CUDA generator after a failed capture: %s", exc)
 
 
 def _settle(device: torch.device) -> None:
