@@ -54,6 +54,29 @@ def test_inputs_that_do_not_require_grad_get_none_and_unused_inputs_get_no_grad(
     assert unused.grad is None and w.grad is not None
 
 
+def test_inputs_reaching_only_outputs_nobody_differentiates_get_no_grad() -> None:
+    # BERT's shape: a pooler computed from the hidden states, a loss on the hidden states only.
+    def fn(x: torch.Tensor, w: torch.Tensor, pool_w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = torch.tanh(x @ w)
+        return hidden, hidden[:, 0] * pool_w
+
+    args = [torch.randn(3, 4), torch.randn(4, 4, requires_grad=True), torch.randn(3, requires_grad=True)]
+    compiled = aot(fn, args)
+    eager = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    ours = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    fn(*eager)[0].pow(2).sum().backward()
+    compiled(*ours)[0].pow(2).sum().backward()
+    assert eager[2].grad is None and ours[2].grad is None
+    torch.testing.assert_close(ours[1].grad, eager[1].grad)
+    # Differentiating both outputs still gives both gradients.
+    for a in (*eager, *ours):
+        a.grad = None
+    sum(o.sum() for o in fn(*eager)).backward()
+    sum(o.sum() for o in compiled(*ours)).backward()
+    for e, o in zip(eager[1:], ours[1:]):
+        torch.testing.assert_close(o.grad, e.grad)
+
+
 def test_non_differentiable_and_integer_outputs_match_eager() -> None:
     def fn(x: torch.Tensor, idx: torch.Tensor) -> tuple[Any, ...]:
         y = x * 2

@@ -50,6 +50,27 @@ def nbytes(node: torch.fx.Node) -> float:
     return float(meta.numel() * meta.dtype.itemsize)
 
 
+def tangents_of_grads(joint: FunctionalGraph, num_primals: int) -> tuple[frozenset[int], ...]:
+    """Per primal, the positions of the tangents its gradient is computed from (empty: no gradient).
+
+    Eager autograd leaves ``.grad`` None on a parameter that reaches only outputs nobody
+    differentiated (BERT's pooler under a loss on the hidden states); the runtime uses this to do
+    the same instead of returning the zeros the backward computes from zero tangents.
+    """
+    graph = joint.gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    tangent_index = {n: i for i, n in enumerate(placeholders[num_primals:])}
+    output = next(n for n in graph.nodes if n.op == "output")
+    grads = list(cast(Sequence[Any], output.args[0]))[joint.num_outputs + len(joint.mutated_inputs) :]
+    reached: dict[torch.fx.Node, frozenset[int]] = {}
+    for node in graph.nodes:  # topological: a node's inputs come first
+        if node in tangent_index:
+            reached[node] = frozenset((tangent_index[node],))
+        else:
+            reached[node] = frozenset().union(*(reached.get(a, frozenset()) for a in node.all_input_nodes))
+    return tuple(reached.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
+
+
 def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -> Partition:
     """Split ``joint`` (outputs: forward outputs, mutations, then one grad per primal)."""
     graph = joint.gm.graph

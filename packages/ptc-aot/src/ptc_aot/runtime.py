@@ -27,7 +27,8 @@ class CompiledProgram:
     """Everything one call needs: compiled graphs and how to turn their results into outputs.
 
     ``backward`` is None for inference programs. ``differentiable`` says, per graph output,
-    whether it has a tangent input in the backward.
+    whether it has a tangent input in the backward; ``grad_tangents``, per input, which of those
+    tangents its gradient is computed from.
     """
 
     forward: Compiled
@@ -37,6 +38,7 @@ class CompiledProgram:
     differentiable: tuple[bool, ...]
     outputs: tuple[OutputPlan, ...]
     out_spec: pytree.TreeSpec
+    grad_tangents: tuple[frozenset[int], ...] = ()
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
         """Run the program on the tensor inputs and return the user's output structure."""
@@ -74,6 +76,12 @@ class _CompiledFunction(torch.autograd.Function):
             saved = _detach_from_inputs(saved, [tensors[i] for i in program.mutated_inputs])
         ctx.save_for_backward(*saved)
         ctx.program = program
+        # Outputs nobody differentiates arrive in backward as None instead of zeros, so that
+        # inputs reaching only those outputs get no gradient, as in eager.
+        ctx.set_materialize_grads(False)
+        ctx.tangent_metas = [
+            (out.shape, out.dtype, out.device) for i, out in enumerate(outputs[: program.num_outputs]) if program.differentiable[i]
+        ]
         fixed = [
             out
             for i, out in enumerate(outputs)
@@ -86,10 +94,19 @@ class _CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
         program: CompiledProgram = ctx.program
         assert program.backward is not None
-        tangents = [g.contiguous() for g, d in zip(grads, program.differentiable) if d]
+        given = [g for g, d in zip(grads, program.differentiable) if d]
+        present = frozenset(j for j, g in enumerate(given) if g is not None)
+        tangents = [
+            g.contiguous() if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+            for g, (shape, dtype, device) in zip(given, ctx.tangent_metas)
+        ]
         saved = ctx.saved_tensors
         with torch.no_grad():
             results = list(program.backward(*saved, *tangents))
+        if len(present) < len(given):
+            for i, needs in enumerate(program.grad_tangents):
+                if not needs & present:
+                    results[i] = None
         if torch.is_grad_enabled():
             anchors = [t for t in (*saved, *tangents) if t.requires_grad]
             if anchors:
