@@ -60,19 +60,22 @@ def _timm(name: str) -> Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, 
 MODELS = {"gpt2": _gpt2, "bert": _bert, "resnet18": _timm("resnet18"), "vit_tiny": _timm("vit_tiny_patch16_224")}
 
 
-def _pair(name: str) -> tuple[torch.nn.Module, torch.nn.Module, tuple[torch.Tensor, ...], Callable[[Any], torch.Tensor]]:
+def _setup(
+    name: str, backend: str, train: bool
+) -> tuple[torch.nn.Module, torch.nn.Module, Any, tuple[torch.Tensor, ...], Callable[[Any], torch.Tensor]]:
+    """The eager model, its copy, the copy compiled with ``backend``, the inputs, the output picker."""
     torch.manual_seed(0)
     eager, inputs, pick = MODELS[name]()
-    return eager, copy.deepcopy(eager), inputs, pick
+    model = copy.deepcopy(eager)
+    eager.train(train)
+    model.train(train)
+    return eager, model, ptc.compile(model, backend=backend), inputs, pick
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_real_model_forward_matches_eager(name: str, backend: str) -> None:
-    eager, model, inputs, pick = _pair(name)
-    eager.eval()
-    model.eval()
-    compiled = ptc.compile(model, backend=backend)
+    eager, _, compiled, inputs, pick = _setup(name, backend, train=False)
     with torch.no_grad():
         assert_same(pick(compiled(*inputs)), pick(eager(*inputs)), rtol=RTOL, atol=ATOL)
 
@@ -80,10 +83,7 @@ def test_real_model_forward_matches_eager(name: str, backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_real_model_training_step_matches_eager(name: str, backend: str) -> None:
-    eager, model, inputs, pick = _pair(name)
-    eager.train()
-    model.train()
-    compiled = ptc.compile(model, backend=backend)
+    eager, model, compiled, inputs, pick = _setup(name, backend, train=True)
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
     opt_c = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_e = pick(eager(*inputs)).float().pow(2).mean()

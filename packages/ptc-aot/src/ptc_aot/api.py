@@ -16,7 +16,7 @@ from ptc_spec import META_KEY, TensorMeta, dialect_of, roundtrip, save
 from .config import Config, config_from_env
 from .errors import PtcAotError
 from .functionalize import functionalize
-from .partition import partition, tangents_of_grads
+from .partition import partition, tangents
 from .runtime import CompiledProgram
 from .tracing import trace_program
 
@@ -55,7 +55,7 @@ def compile_program(
     backward = bw_compiler(_boundary(config, split.backward))
     return CompiledProgram(
         forward, backward, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec,
-        tangents_of_grads(functional, len(metas)),
+        tangents(functional, len(metas)),
     )  # fmt: skip
 
 

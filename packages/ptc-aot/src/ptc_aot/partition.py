@@ -50,13 +50,24 @@ def nbytes(node: torch.fx.Node) -> float:
     return float(meta.numel() * meta.dtype.itemsize)
 
 
-def tangents_of_grads(joint: FunctionalGraph, num_primals: int) -> tuple[frozenset[int], ...]:
-    """Per primal, the positions of the tangents its gradient is computed from (empty: no gradient).
+@dataclass(frozen=True, slots=True)
+class Tangents:
+    """What the runtime needs to know of the backward's tangent inputs, fixed at compile time.
 
-    Eager autograd leaves ``.grad`` None on a parameter that reaches only outputs nobody
-    differentiated (BERT's pooler under a loss on the hidden states); the runtime uses this to do
-    the same instead of returning the zeros the backward computes from zero tangents.
+    ``zeros``: shape, dtype and device of each tangent, to make zeros for an output nobody
+    differentiated.
+    ``of_grads``: per primal, the positions of the tangents its gradient is computed from
+    (empty: no gradient). Eager autograd leaves ``.grad`` None on a parameter that reaches only
+    outputs nobody differentiated (BERT's pooler under a loss on the hidden states); the runtime
+    does the same instead of returning the zeros the backward computes from zero tangents.
     """
+
+    zeros: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
+    of_grads: tuple[frozenset[int], ...]
+
+
+def tangents(joint: FunctionalGraph, num_primals: int) -> Tangents:
+    """The tangent metadata and, per primal, the tangents its gradient depends on."""
     graph = joint.gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     tangent_index = {n: i for i, n in enumerate(placeholders[num_primals:])}
@@ -68,7 +79,9 @@ def tangents_of_grads(joint: FunctionalGraph, num_primals: int) -> tuple[frozens
             reached[node] = frozenset((tangent_index[node],))
         else:
             reached[node] = frozenset().union(*(reached.get(a, frozenset()) for a in node.all_input_nodes))
-    return tuple(reached.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
+    of_grads = tuple(reached.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
+    metas: list[TensorMeta] = [n.meta[META_KEY] for n in tangent_index]
+    return Tangents(tuple((tuple(int(s) for s in m.shape), m.dtype, m.device) for m in metas), of_grads)
 
 
 def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -> Partition:

@@ -16,6 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import DoubleBackwardError
+from .partition import Tangents
 from .tracing import OutputPlan
 from .views import replay
 
@@ -27,8 +28,7 @@ class CompiledProgram:
     """Everything one call needs: compiled graphs and how to turn their results into outputs.
 
     ``backward`` is None for inference programs. ``differentiable`` says, per graph output,
-    whether it has a tangent input in the backward; ``grad_tangents``, per input, which of those
-    tangents its gradient is computed from.
+    whether it has a tangent input in the backward; ``tangents`` describes those inputs.
     """
 
     forward: Compiled
@@ -38,7 +38,7 @@ class CompiledProgram:
     differentiable: tuple[bool, ...]
     outputs: tuple[OutputPlan, ...]
     out_spec: pytree.TreeSpec
-    grad_tangents: tuple[frozenset[int], ...] = ()
+    tangents: Tangents | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
         """Run the program on the tensor inputs and return the user's output structure."""
@@ -79,9 +79,6 @@ class _CompiledFunction(torch.autograd.Function):
         # Outputs nobody differentiates arrive in backward as None instead of zeros, so that
         # inputs reaching only those outputs get no gradient, as in eager.
         ctx.set_materialize_grads(False)
-        ctx.tangent_metas = [
-            (out.shape, out.dtype, out.device) for i, out in enumerate(outputs[: program.num_outputs]) if program.differentiable[i]
-        ]
         fixed = [
             out
             for i, out in enumerate(outputs)
@@ -93,18 +90,18 @@ class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> Any:
         program: CompiledProgram = ctx.program
-        assert program.backward is not None
+        assert program.backward is not None and program.tangents is not None
         given = [g for g, d in zip(grads, program.differentiable) if d]
         present = frozenset(j for j, g in enumerate(given) if g is not None)
         tangents = [
             g.contiguous() if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, (shape, dtype, device) in zip(given, ctx.tangent_metas)
+            for g, (shape, dtype, device) in zip(given, program.tangents.zeros)
         ]
         saved = ctx.saved_tensors
         with torch.no_grad():
             results = list(program.backward(*saved, *tangents))
         if len(present) < len(given):
-            for i, needs in enumerate(program.grad_tangents):
+            for i, needs in enumerate(program.tangents.of_grads):
                 if not needs & present:
                     results[i] = None
         if torch.is_grad_enabled():

@@ -35,6 +35,7 @@ class CudaRecording:
     ) -> None:
         self._graph = graph
         self._copies = tuple(buffers.items())
+        self._leaf_buffers = any(buf.requires_grad for buf in buffers.values())
         self._aliases = tuple(input_aliases(outputs, buffers).items())
         self._buffers = buffers
         self._graph_args = graph_args
@@ -81,15 +82,20 @@ class CudaRecording:
         """Per flat output: True when it lives in the pool."""
         return self._owned
 
+    def _copy_in(self, args: Sequence[object]) -> None:
+        for pos, buf in self._copies:
+            buf.copy_(args[pos])  # type: ignore[arg-type]
+        self.copies += len(self._copies)
+
     def replay(self, args: Sequence[object]) -> list[object]:
         """Copy non-static args into the buffers, replay, return the flat outputs."""
-        if self._copies:
+        if self._leaf_buffers:
             # Buffers of inputs that require grad are leaves that require grad, which autograd
             # refuses to overwrite in place unless it is told the copy is not differentiated.
             with torch.no_grad():
-                for pos, buf in self._copies:
-                    buf.copy_(args[pos])  # type: ignore[arg-type]
-            self.copies += len(self._copies)
+                self._copy_in(args)
+        else:
+            self._copy_in(args)
         self._graph.replay()
         if not self._aliases:
             return self._outputs
