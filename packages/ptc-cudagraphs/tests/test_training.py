@@ -63,6 +63,44 @@ def test_gpt_block_training_matches_eager() -> None:
     _compare(lambda: Block().cuda(), (4, 16, 64), True)
 
 
+def _backward_outputs(fast: pcg.CudaGraphed) -> set[int]:
+    """Addresses of the gradients the recorded backward writes on every replay."""
+    return {o.data_ptr() for n in fast.engine.tree.nodes() if n.role == "backward" and n.recording
+            for o in n.recording.static_outputs if isinstance(o, torch.Tensor)}
+
+
+@gpu
+def test_gradient_accumulation_matches_eager() -> None:
+    # Two backward passes per step without zeroing: the second replay writes the memory that
+    # the first pass's gradients were adopted into, and must add to them, not replace them.
+    torch.manual_seed(0)
+    ref = mlp()
+    model = copy.deepcopy(ref)
+    fast = pcg.cudagraphify(model, [torch.randn(8, 32, device="cuda")])
+    data = [[(torch.randn(8, 32, device="cuda"), torch.randn(8, 16, device="cuda")) for _ in range(2)]
+            for _ in range(5)]
+    for net, fn in ((ref, ref), (model, fast)):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for micro in data:
+            opt.zero_grad()
+            for x, y in micro:
+                F.mse_loss(fn(x), y).backward()  # type: ignore[arg-type]
+            opt.step()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+@gpu
+def test_parameter_gradients_are_the_backward_graphs_outputs_not_copies() -> None:
+    model = mlp()
+    fast = pcg.cudagraphify(model, [torch.randn(8, 32, device="cuda")])
+    for _ in range(3):
+        model.zero_grad()
+        fast(torch.randn(8, 32, device="cuda")).sum().backward()  # type: ignore[attr-defined]
+    assert {p.grad.data_ptr() for p in model.parameters()} <= _backward_outputs(fast)  # type: ignore[union-attr]
+
+
 @gpu
 def test_gradients_flow_to_inputs_requiring_grad() -> None:
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -152,3 +190,22 @@ def test_gradients_reach_inputs_and_static_inputs(cpu_graphed: Callable[..., pcg
         assert w.grad is not None
         w.grad = None
     assert pcg.stats().replays >= 4
+
+
+def test_adopted_gradients_get_their_own_memory_before_a_replay_overwrites_them(
+    cpu_graphed: Callable[..., pcg.CudaGraphed],
+) -> None:
+    model = mlp("cpu")
+    fast = cpu_graphed(model, [torch.randn(4, 32)], name="net")
+    x = torch.randn(4, 32)
+    for _ in range(2):  # the first call records; the second replays forward and backward
+        model.zero_grad()
+        fast(x).sum().backward()  # type: ignore[attr-defined]
+    pool = _backward_outputs(fast)
+    adopted = {p.grad.data_ptr() for p in model.parameters()}  # type: ignore[union-attr]
+    assert adopted <= pool
+    before = [p.grad.clone() for p in model.parameters()]  # type: ignore[union-attr]
+    fast(x)  # a replay that may overwrite the backward's outputs: the gradients move out first
+    assert not {p.grad.data_ptr() for p in model.parameters()} & pool  # type: ignore[union-attr]
+    for p, want in zip(model.parameters(), before, strict=True):
+        torch.testing.assert_close(p.grad, want)

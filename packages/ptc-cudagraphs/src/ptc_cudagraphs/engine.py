@@ -83,6 +83,9 @@ class Engine:
         self.tree = Tree()
         self.liveness = Liveness()
         self.stats = Stats()
+        # Per backward node: (leaf, address of the gradient handed to autograd for it) pairs of
+        # its latest replay.
+        self._lent: dict[Node, list[tuple[torch.Tensor, int]]] = {}
 
     def call(self, f: FunctionState, args: Sequence[object], track: bool = True) -> CallResult:
         """Run f over args by replay, by warm-up-and-record, or eagerly; see the module doc."""
@@ -117,6 +120,8 @@ class Engine:
         recording = node.recording
         assert recording is not None
         self.liveness.invalidate_from(node)
+        if self._lent:
+            self._reclaim_from(node)
         flat = recording.replay(args)
         node.replays += 1
         self.stats.replays += 1
@@ -232,6 +237,22 @@ class Engine:
         leaves, spec = pytree.tree_flatten(f.fn(*args))
         return CallResult(leaves, spec, None)
 
+    def lend(self, node: Node, pairs: Sequence[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
+        """Remember the gradients node's replay gave autograd for these leaves: autograd may
+        make them the leaves' .grad, which then lives in the pool. Only addresses are kept:
+        a reference to a gradient would stop autograd from adopting it."""
+        self._lent[node] = [(leaf, grad.data_ptr()) for leaf, grad in pairs if grad is not None]
+
+    def _reclaim_from(self, node: Node) -> None:
+        # Replaying node may overwrite the outputs of node and of every later node. A leaf
+        # whose .grad is still one of them (gradient accumulation, zero_grad(set_to_none=False))
+        # gets its own copy first, so that the next backward adds to the old values.
+        for other in [n for n in self._lent if n.index >= node.index]:
+            for leaf, address in self._lent.pop(other):
+                held = leaf.grad
+                if held is not None and held.data_ptr() == address:
+                    leaf.grad = held.clone()
+
     def _is_parent_output(self, tensor: torch.Tensor) -> bool:
         # Outputs of nodes on the current path stay put while the path is followed, so a
         # child reads them where they are instead of copying them.
@@ -253,6 +274,7 @@ class Engine:
         for node in self.tree.nodes():
             self.liveness.invalidate_from_exactly(node)
         self.tree = Tree()
+        self._lent = {}
         self.recorder.reset()
         self.stats = Stats()
 
@@ -260,3 +282,5 @@ class Engine:
         """Forget every recording of a callable that died."""
         removed = self.tree.drop_function(function_id)
         self.liveness.forget_nodes(removed)
+        for node in removed:
+            self._lent.pop(node, None)

@@ -78,7 +78,9 @@ class CudaGraphed:
             assert isinstance(out, torch.Tensor)
             tensors.append(out.detach() if owned[i] else out)
         diff = [a if isinstance(a, torch.Tensor) else None for a in args] + self._params
-        holder = Holder(self.engine, node, plan, tensors, self.name)
+        leaves = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]
+        leaves += [(len(args) + i, p) for i, p in enumerate(self._params)]
+        holder = Holder(self.engine, node, plan, tensors, self.name, leaves)
         outs = ReplayFunction.apply(holder, *diff)  # type: ignore[no-untyped-call]
         for i, out in zip(positions, outs, strict=True):
             flat[i] = out

@@ -82,16 +82,18 @@ def backward_recorder(
 class Holder:
     """The non-tensor argument of ReplayFunction: one forward replay's outputs and context."""
 
-    __slots__ = ("engine", "name", "node", "outputs", "plan", "replay_id")
+    __slots__ = ("engine", "leaves", "name", "node", "outputs", "plan", "replay_id")
 
     def __init__(self, engine: Engine, node: Node, plan: BackwardPlan, outputs: list[torch.Tensor],
-                 name: str) -> None:
+                 name: str, leaves: Sequence[tuple[int, torch.Tensor]]) -> None:
         self.engine = engine
         self.node = node
         self.plan = plan
         self.replay_id = node.replays
         self.outputs = outputs
         self.name = name
+        # (position among the differentiable inputs, tensor) of those whose .grad autograd sets.
+        self.leaves = leaves
 
     def backward(self, grads: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """Replay the backward node; return one gradient per differentiable input."""
@@ -107,7 +109,11 @@ class Holder:
         result = self.engine.replay_node(self.plan.node, wanted)
         for pos, grad in zip(self.plan.target_positions, result.outputs, strict=True):
             assert isinstance(grad, torch.Tensor)
-            out[pos] = grad
+            # A fresh alias that nothing else references: autograd then adopts it as the
+            # leaf's .grad instead of cloning it, so gradients are not held twice (pool + .grad).
+            out[pos] = grad.detach()
+        if self.leaves:
+            self.engine.lend(self.plan.node, [(leaf, out[pos]) for pos, leaf in self.leaves])
         return out
 
 
