@@ -4,6 +4,7 @@
 # tests marked gpu of every package, then the GPU benchmarks. Logs go to $OUT (three files,
 # within the device tool's limit of eight).
 #   bash tools/gpu_check.sh [tests|bench|all]
+#   bash tools/gpu_check.sh triton WORKLOAD [--compile] [--kernels]   # tools/profile_triton.py
 #   bash tools/gpu_check.sh e2e [WORKLOADS]   # ptc.demo, then tools/bench.py on those workloads
 #   bash tools/gpu_check.sh profile WORKLOAD [IMPLS]   # tools/profile_gpu.py's kernel tables
 set -uo pipefail
@@ -22,6 +23,12 @@ python3 -m ptc_capture.build_ext 2>&1 | tail -1
 
 if [ "$what" = profile ]; then
   python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
+  exit "${PIPESTATUS[0]}"
+fi
+
+if [ "$what" = triton ]; then
+  shift
+  python3 tools/profile_triton.py "$@" 2>&1 | tee -a "$OUT/profile-triton.log" | cut -c1-200
   exit "${PIPESTATUS[0]}"
 fi
 
@@ -48,6 +55,13 @@ if [ "$what" != bench ]; then
     { echo "===== $name [$marker] rc=$rc"; cat /tmp/ptc-tests.log; } >> "$OUT/tests.log"
     echo "$name [$marker]: $(tail -1 /tmp/ptc-tests.log)"
   done
+  # timm imports only here (the CPU machine's torchvision wheel is built for CUDA), so the
+  # real-model cases that need it run only in this step.
+  (cd packages/ptc && timeout 900 python3 -m pytest tests/test_real_models.py -q -p no:cacheprovider -m "not slow" > /tmp/ptc-tests.log 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && status=1
+  { echo "===== ptc real models rc=$rc"; cat /tmp/ptc-tests.log; } >> "$OUT/tests.log"
+  echo "ptc real models: $(tail -1 /tmp/ptc-tests.log)"
 fi
 
 if [ "$what" != tests ]; then
