@@ -2,9 +2,9 @@
 
     python tools/profile_triton.py "layer_norm backward" [--compile] [--kernels] [--source]
 
---compile: ptc's cold compile split into phases (lower, schedule, codegen, module load, parallel
-precompile, first call) and each kernel's own serial compile time. --kernels: per-kernel GPU
-time of ptc and torch.compile (torch.profiler). Meant for the GPU machine; it explains a ratio
+--compile: ptc's cold compile split into phases (lower, schedule, codegen, modules and parallel
+precompile, binary load, first launch) and each kernel's own serial compile time. --kernels:
+per-kernel GPU time of ptc and torch.compile (torch.profiler). Meant for the GPU machine; it explains a ratio
 that bench_triton.py measured, it does not replace it.
 """
 
@@ -36,16 +36,13 @@ def _phases(wl: Any, inputs: tuple[Any, ...]) -> None:
     from ptc_inductor.lowering import lower_graph
     from ptc_inductor.scheduler import schedule
     from ptc_inductor.triton_runtime import (
-        TritonLauncher,
         _compile,
         _constexprs,
         _target,
-        load_module,
-        precompile,
+        load_launchers,
         signature,
         triton_options,
         warm_compile_pool,
-        write_module,
     )
     from ptc_spec import TensorMeta
 
@@ -62,16 +59,11 @@ def _phases(wl: Any, inputs: tuple[Any, ...]) -> None:
     stamps.append(("schedule", time.perf_counter()))
     kernels = [generate_triton_kernel(k, lowered.buffers, sched.accesses, cfg) for k in sched.kernels]
     stamps.append(("codegen", time.perf_counter()))
-    launchers = []
-    for k in kernels:
-        path = write_module(k, options.cache_dir)
-        launchers.append(TritonLauncher(k, options, getattr(load_module(path), k.name), path))
-    stamps.append(("module load", time.perf_counter()))
-    precompile(launchers, device, options)
-    stamps.append(("precompile (workers)", time.perf_counter()))
+    launchers = list(load_launchers(kernels, options, device, cfg).values())
+    stamps.append(("modules + precompile", time.perf_counter()))
     jobs = sum(len(la.candidates()) for la in launchers)
-    # The first launch of each kernel, in three parts: Triton's compile call (a disk-cache hit
-    # after precompile), loading the binary and its launcher, then config choice and launch.
+    # The first launch of each kernel, in two parts: loading the binary, then config choice
+    # (autotuning) and launch.
     env: dict[str, torch.Tensor] = {}
     all_args = []
     for la in launchers:
@@ -88,14 +80,10 @@ def _phases(wl: Any, inputs: tuple[Any, ...]) -> None:
                 args.append(env[name])
         all_args.append(args)
     stamps.append(("buffers", time.perf_counter()))
-    compiled = []
     for la, args in zip(launchers, all_args):
         la._set_config(la.candidates()[0])
-        compiled.append(la._compile_variant(args, tuple(a.data_ptr() % 16 == 0 for a in args)))
-    stamps.append(("compile calls (cache hits)", time.perf_counter()))
-    for c in compiled:
-        c._init_handles()
-    stamps.append(("binary + launcher load", time.perf_counter()))
+        la._load_variant(args, tuple(a.data_ptr() % 16 == 0 for a in args))
+    stamps.append(("binary load", time.perf_counter()))
     for la, args in zip(launchers, all_args):
         la.config = None
         la(*args)

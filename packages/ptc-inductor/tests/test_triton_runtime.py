@@ -21,8 +21,10 @@ from ptc_inductor.codegen.triton_heuristics import (
     candidate_configs,
     default_config,
 )
+from ptc_inductor.config import Config
+from ptc_inductor.cuda_launch import launcher_module
 from ptc_inductor.triton_interpret import interpreting
-from ptc_inductor.triton_runtime import _read_autotune, _write_autotune, triton_options, write_module
+from ptc_inductor.triton_runtime import LoadedKernel, _read_autotune, _write_autotune, triton_options, write_module
 
 aten = torch.ops.aten
 TESTS = Path(__file__).parent
@@ -75,7 +77,7 @@ def test_generated_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_path: Pa
         """
         import torch, test_triton_kernels as T
         from ptc_inductor.codegen.triton_heuristics import default_config
-        from ptc_inductor.triton_runtime import _compile, _constexprs, signature
+        from ptc_inductor.triton_runtime import _compile_in_worker, _constexprs, signature
         aten = torch.ops.aten
         def softmax(x):
             e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
@@ -87,7 +89,9 @@ def test_generated_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_path: Pa
             for k in T.compile_triton(T.trace_core(fn, x)).kernels:
                 cfg = default_config(k.style, k.xnumel, k.rnumel, k.rblock, k.strided)
                 la_path = __import__("ptc_inductor.triton_runtime").triton_runtime.write_module(k, CACHE_DIR)
-                _compile(la_path, k.name, signature(k), _constexprs(k, cfg), tuple(True for _ in k.params), cfg.num_warps, 1, ("cuda", 90, 32))
+                b = _compile_in_worker(la_path, k.name, signature(k), _constexprs(k, cfg), tuple(True for _ in k.params), cfg.num_warps, 1, ("cuda", 90, 32))
+                # What a worker hands back: a cubin that ptc's launcher can run (no scratch memory).
+                assert b.plain and b.cubin[:4] == bytes([0x7F]) + b"ELF" and b.num_warps == cfg.num_warps, b
                 n += 1
         print("compiled", n)
         """
@@ -108,3 +112,16 @@ def test_cuda_launch_path_matches_eager_and_reuses_its_config() -> None:
     chosen = launcher.config
     compiled(x)
     assert launcher.config == chosen and launcher._variants
+    # Launched by ptc's own launcher from the binary a compile worker made.
+    assert all(type(v) is LoadedKernel for v in launcher._variants.values())
+    assert launcher.binaries
+
+
+def test_the_launcher_extension_builds_without_cuda_and_says_what_is_missing(tmp_path: Path) -> None:
+    module = launcher_module(Config(cache_dir=str(tmp_path)))
+    assert module is not None
+    with pytest.raises(TypeError, match=r"launch\(function, grid, threads, shared, stream, \*pointers\)"):
+        module.launch(0, 1)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="cannot open the CUDA driver library"):
+            module.launch(0, 1, 32, 0, 0)

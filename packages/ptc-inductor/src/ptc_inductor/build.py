@@ -9,18 +9,24 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import platform
 import subprocess
+import sysconfig
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TypeVar
 
 from .config import Config
 from .errors import BuildError
 
 log = logging.getLogger("ptc.inductor.cache")
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,10 +67,11 @@ def _machine_id() -> str:
     return hashlib.sha256((platform.machine() + model).encode()).hexdigest()[:16]
 
 
-def cache_key(source: str, config: Config) -> str:
-    """The cache key of ``source`` built with ``config``'s compiler and flags."""
+def cache_key(source: str, config: Config, flags: Sequence[str] | None = None) -> str:
+    """The cache key of ``source`` built with ``config``'s compiler and ``flags`` (default: config's)."""
     h = hashlib.sha256()
-    for part in (source, config.cxx, " ".join(config.cxx_flags), _compiler_id(config.cxx), _machine_id()):
+    used = config.cxx_flags if flags is None else flags
+    for part in (source, config.cxx, " ".join(used), _compiler_id(config.cxx), _machine_id()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -75,20 +82,20 @@ def _file_digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _compile(source: str, so_path: str, config: Config) -> None:
+def _compile(source: str, so_path: str, config: Config, flags: Sequence[str]) -> None:
     directory = os.path.dirname(so_path)
     os.makedirs(directory, exist_ok=True)
     fd, cpp_tmp = tempfile.mkstemp(suffix=".cpp", dir=directory)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(source)
     so_tmp = cpp_tmp[:-4] + ".so"
-    cmd = [config.cxx, "-std=c++17", *config.cxx_flags, cpp_tmp, "-o", so_tmp]
+    cmd = [config.cxx, "-std=c++17", *flags, cpp_tmp, "-o", so_tmp]
     log.debug("compiling: %s", " ".join(cmd))
     try:
         result = subprocess.run(cmd, capture_output=True, text=True)
         STATS.compiles += 1
         if result.returncode != 0:
-            raise BuildError(f"{config.cxx} failed on generated kernels ({cpp_tmp}):\n{result.stderr[-4000:]}")
+            raise BuildError(f"{config.cxx} failed on generated code ({cpp_tmp}):\n{result.stderr[-4000:]}")
         digest = _file_digest(so_tmp)
         os.replace(cpp_tmp, so_path[:-3] + ".cpp")
         os.replace(so_tmp, so_path)
@@ -111,34 +118,60 @@ def _valid(so_path: str) -> bool:
         return False
 
 
+def _load_cached(
+    source: str, config: Config, flags: Sequence[str], load: Callable[[str], T], errors: tuple[type[Exception], ...]
+) -> tuple[T, str]:
+    """Load the cache entry of ``source`` with ``load``; build it on a miss, rebuild it when corrupt."""
+    key = cache_key(source, config, flags)
+    so_path = os.path.join(config.cache_dir, key[:2], key + ".so")
+    loaded: T | None = None
+    if os.path.exists(so_path) and _valid(so_path):
+        try:
+            loaded = load(so_path)
+            STATS.disk_hits += 1
+        except errors:
+            loaded = None
+    if loaded is None:
+        if os.path.exists(so_path):
+            STATS.rebuilt_corrupt += 1
+            log.warning("cache entry %s is corrupt; rebuilding it", so_path)
+        _compile(source, so_path, config, flags)
+        try:
+            loaded = load(so_path)
+        except errors as exc:
+            raise BuildError(f"built {so_path} but could not load it: {exc}") from exc
+    return loaded, so_path
+
+
 def load_library(source: str, config: Config) -> tuple[ctypes.CDLL, str]:
     """Return the loaded shared library for ``source`` (compiling only on a cache miss) and its path."""
     key = cache_key(source, config)
     so_path = os.path.join(config.cache_dir, key[:2], key + ".so")
     with _LOCK:
-        lib = _LOADED.get(so_path)
-        if lib is not None:
+        known = _LOADED.get(so_path)
+        if known is not None:
             STATS.memory_hits += 1
-            return lib, so_path
-        if os.path.exists(so_path) and _valid(so_path):
-            try:
-                lib = ctypes.CDLL(so_path)
-                STATS.disk_hits += 1
-            except OSError:
-                lib = None
-        else:
-            lib = None
-        if lib is None:
-            if os.path.exists(so_path):
-                STATS.rebuilt_corrupt += 1
-                log.warning("cache entry %s is corrupt; rebuilding it", so_path)
-            _compile(source, so_path, config)
-            try:
-                lib = ctypes.CDLL(so_path)
-            except OSError as exc:
-                raise BuildError(f"built {so_path} but could not load it: {exc}") from exc
+            return known, so_path
+        lib, so_path = _load_cached(source, config, config.cxx_flags, ctypes.CDLL, (OSError,))
         _LOADED[so_path] = lib
         return lib, so_path
+
+
+def load_extension(source: str, name: str, config: Config) -> ModuleType:
+    """Build (once, cached like kernels) and import a CPython extension module ``name`` from C++ ``source``."""
+    flags = ("-O2", "-fPIC", "-shared", f"-I{sysconfig.get_paths()['include']}", "-ldl")
+
+    def load(path: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    with _LOCK:
+        module, _ = _load_cached(source, config, flags, load, (ImportError, OSError))
+    return module
 
 
 def clear_memory_cache() -> None:

@@ -66,7 +66,7 @@ def compile_triton_graph(gm: torch.fx.GraphModule, config: Config | None = None,
     lowered = lower_graph(gm, cfg)
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)
     kernels = tuple(generate_triton_kernel(k, lowered.buffers, sched.accesses, cfg) for k in sched.kernels)
-    launchers = load_launchers(kernels, triton_options(cfg), device)
+    launchers = load_launchers(kernels, triton_options(cfg), device, cfg)
     by_name = {k.name: k for k in kernels}
     log.debug("compiled %d nodes into %d Triton kernels", len(lowered.nodes), len(kernels))
 

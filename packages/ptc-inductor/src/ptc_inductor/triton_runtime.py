@@ -22,13 +22,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from .codegen.triton import TritonKernel
 from .codegen.triton_heuristics import LaunchConfig, candidate_configs, default_config
 from .config import Config
+from .cuda_launch import MAX_POINTERS
 from .errors import CodegenError
 from .triton_interpret import INTERPRETER_GLOBALS, interpreting
 
@@ -134,10 +135,39 @@ def _compile(path: str, name: str, signature: dict[str, str], constexprs: dict[s
     return triton.compile(src, target=gpu, options={"num_warps": num_warps, "num_stages": num_stages})
 
 
-def _compile_in_worker(*args: Any) -> float:
-    start = time.perf_counter()
-    _compile(*args)
-    return time.perf_counter() - start
+@dataclass(frozen=True, slots=True)
+class KernelBinary:
+    """One compiled (kernel, config) as a worker hands it back: the cubin and its launch facts."""
+
+    name: str
+    cubin: bytes
+    shared: int
+    num_warps: int
+    # No scratch memory to allocate per launch: ptc's own launcher can run it.
+    plain: bool
+
+
+def _binary_of(compiled: Any) -> KernelBinary | None:
+    """The binary of a Triton CompiledKernel, or None where it has no CUDA binary."""
+    md = compiled.metadata
+    cubin = compiled.asm.get("cubin")
+    if not isinstance(cubin, bytes):
+        return None
+    plain = not getattr(md, "global_scratch_size", 0) and not getattr(md, "profile_scratch_size", 0)
+    return KernelBinary(md.name, cubin, md.shared, md.num_warps, plain)
+
+
+def _compile_in_worker(*args: Any) -> KernelBinary | None:
+    return _binary_of(_compile(*args))
+
+
+def _prepare_worker() -> None:
+    """Import Triton's compiler and CUDA backend once per worker, not in its first job."""
+    try:
+        import triton.compiler  # noqa: F401
+        from triton.backends.nvidia import compiler  # noqa: F401
+    except ImportError:  # a failing initializer would break the pool; the job reports the error
+        pass
 
 
 _POOL: concurrent.futures.ProcessPoolExecutor | None = None
@@ -156,7 +186,7 @@ def compile_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
         if _POOL is None:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             ctx = multiprocessing.get_context(method)
-            _POOL = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+            _POOL = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_prepare_worker)
         return _POOL
 
 
@@ -179,18 +209,29 @@ class TritonLauncher:
     real inputs); later calls only fetch pointers and the stream, then launch.
     """
 
-    def __init__(self, kernel: TritonKernel, options: TritonOptions, fn: Any, path: str) -> None:
+    def __init__(self, kernel: TritonKernel, options: TritonOptions, fn: Any, path: str, launch: Any = None) -> None:
         self.kernel = kernel
         self.options = options
-        self.fn = fn
+        self._fn = fn
         self.path = path
         self.config: LaunchConfig | None = None
         self._grid = 1
         self._tail: tuple[int, ...] = ()
         self._variants: dict[tuple[bool, ...], Any] = {}
+        # Binaries the compile workers made, by (config key, pointer alignment).
+        self.binaries: dict[tuple[str, tuple[bool, ...]], KernelBinary] = {}
+        # ptc's launcher (cuda_launch.py), or None: launch through Triton's.
+        self._launch = launch
         # Read once: Triton itself decides interpretation when it is imported, and an
         # environment lookup on every launch is host time on the hot path.
         self._interpret = interpreting()
+
+    @property
+    def fn(self) -> Any:
+        """The @triton.jit function; its module is imported only when something needs it."""
+        if self._fn is None:
+            self._fn = getattr(load_module(self.path), self.kernel.name)
+        return self._fn
 
     def candidates(self) -> list[LaunchConfig]:
         """The launch configs the first call chooses among."""
@@ -211,26 +252,42 @@ class TritonLauncher:
             return
         ptrs = [a.data_ptr() for a in args]
         aligned = tuple(p % 16 == 0 for p in ptrs)
-        compiled = self._variants.get(aligned)
-        if compiled is None:
-            compiled = self._compile_variant(args, aligned)
+        variant = self._variants.get(aligned)
+        if variant is None:
+            variant = self._load_variant(args, aligned)
         # The raw handle, without building a torch.cuda.Stream object on every launch (~3 us).
         stream = torch._C._cuda_getCurrentRawStream(args[0].get_device())
-        compiled.run(self._grid, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *ptrs, *self._tail)
+        if type(variant) is LoadedKernel:
+            self._launch(variant.function, self._grid, variant.threads, variant.shared, stream, *ptrs)
+        else:
+            variant.run(self._grid, 1, 1, stream, variant.function, variant.packed_metadata, None, None, None, *ptrs, *self._tail)
 
     def _launch_interpreted(self, args: Sequence[torch.Tensor]) -> None:
         assert self.config is not None
         self.fn[(self._grid,)](*args, **_constexprs(self.kernel, self.config))
 
-    def _compile_variant(self, args: Sequence[torch.Tensor], aligned: tuple[bool, ...], cfg: LaunchConfig | None = None) -> Any:
-        use = cfg or self.config
+    def _compile_variant(self, args: Sequence[torch.Tensor], aligned: tuple[bool, ...]) -> Any:
+        """Triton's CompiledKernel for the current config (a disk-cache hit after precompile)."""
+        use = self.config
         assert use is not None
-        sig = signature(self.kernel)
-        compiled = _compile(self.path, self.kernel.name, sig, _constexprs(self.kernel, use), aligned,
-                            use.num_warps, use.num_stages, _target(args[0].device), self.fn)
-        if cfg is None:
-            self._variants[aligned] = compiled
-        return compiled
+        return _compile(self.path, self.kernel.name, signature(self.kernel), _constexprs(self.kernel, use), aligned,
+                        use.num_warps, use.num_stages, _target(args[0].device), self.fn)
+
+    def _load_variant(self, args: Sequence[torch.Tensor], aligned: tuple[bool, ...]) -> Any:
+        """Load the current config's binary for this pointer alignment onto the device."""
+        assert self.config is not None
+        binary = self.binaries.get((self.config.key(), aligned))
+        compiled = None
+        if binary is None:  # not precompiled (an unaligned pointer): compile here
+            compiled = self._compile_variant(args, aligned)
+            binary = _binary_of(compiled)
+        variant: Any
+        if self._launch is not None and binary is not None and binary.plain and len(args) <= MAX_POINTERS:
+            variant = _load_binary(binary, args[0].device)
+        else:
+            variant = compiled if compiled is not None else self._compile_variant(args, aligned)
+        self._variants[aligned] = variant
+        return variant
 
     def _choose(self, args: Sequence[torch.Tensor]) -> None:
         configs = self.candidates()
@@ -285,19 +342,32 @@ def _write_autotune(cache_dir: str, key: str, cfg: LaunchConfig) -> None:
     os.replace(tmp, path)
 
 
-def load_launchers(kernels: Sequence[TritonKernel], options: TritonOptions, device: torch.device | None = None) -> dict[str, TritonLauncher]:
+def load_launchers(
+    kernels: Sequence[TritonKernel], options: TritonOptions, device: torch.device | None = None, config: Config | None = None
+) -> dict[str, TritonLauncher]:
     """A launcher per kernel; on a GPU, every candidate config is first compiled in parallel workers."""
+    gpu = device is not None and device.type == "cuda" and not interpreting()
+    launch = None
+    if gpu:
+        from .cuda_launch import launcher_module
+
+        module = launcher_module(config if config is not None else Config(cache_dir=options.cache_dir))
+        launch = module.launch if module is not None else None
     launchers: dict[str, TritonLauncher] = {}
     for k in kernels:
         path = write_module(k, options.cache_dir)
-        launchers[k.name] = TritonLauncher(k, options, getattr(load_module(path), k.name), path)
-    if device is not None and device.type == "cuda" and not interpreting():
+        # On a GPU the workers import the module; here it is imported only if a launch needs it.
+        fn = None if gpu else getattr(load_module(path), k.name)
+        launchers[k.name] = TritonLauncher(k, options, fn, path, launch)
+    if gpu:
+        assert device is not None
         precompile(list(launchers.values()), device, options)
     return launchers
 
 
 def precompile(launchers: Sequence[TritonLauncher], device: torch.device, options: TritonOptions) -> float:
-    """Compile every (kernel, candidate config) into Triton's disk cache; returns the wall time."""
+    """Compile every (kernel, candidate config) in parallel workers (Triton's disk cache makes a
+    second process's compile a lookup); each launcher keeps its binaries. Returns the wall time."""
     start = time.perf_counter()
     target = _target(device)
     jobs = []
@@ -306,17 +376,39 @@ def precompile(launchers: Sequence[TritonLauncher], device: torch.device, option
         sig = signature(k)
         aligned = tuple(True for _ in k.params)
         for cfg in la.candidates():
-            jobs.append((la.path, k.name, sig, _constexprs(k, cfg), aligned, cfg.num_warps, cfg.num_stages, target))
+            jobs.append((la, (cfg.key(), aligned), (la.path, k.name, sig, _constexprs(k, cfg), aligned, cfg.num_warps, cfg.num_stages, target)))
     if options.compile_workers > 1 and len(jobs) > 1:
         pool = compile_pool(options.compile_workers)
-        for fut in [pool.submit(_compile_in_worker, *job) for job in jobs]:
-            fut.result()
+        futures = [pool.submit(_compile_in_worker, *job) for _, _, job in jobs]
+        binaries = [fut.result() for fut in futures]
     else:
-        for job in jobs:
-            _compile(*job)
+        binaries = [_compile_in_worker(*job) for _, _, job in jobs]
+    for (la, key, _), binary in zip(jobs, binaries, strict=True):
+        if binary is not None:
+            la.binaries[key] = binary
     elapsed = time.perf_counter() - start
     log.debug("compiled %d Triton kernel variants in %.2fs", len(jobs), elapsed)
     return elapsed
+
+
+class LoadedKernel(NamedTuple):
+    """A kernel binary loaded on the device, launched by ptc's launcher."""
+
+    function: int
+    threads: int
+    shared: int
+
+
+def _load_binary(binary: KernelBinary, device: torch.device) -> LoadedKernel:
+    """Load ``binary`` into the device's context (Triton's driver utilities do the loading)."""
+    from triton.runtime.driver import driver
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    _, function, _, _, max_threads = driver.active.utils.load_binary(binary.name, binary.cubin, binary.shared, index)
+    threads = 32 * binary.num_warps
+    if threads > max_threads:
+        raise CodegenError(f"Triton kernel {binary.name} needs {threads} threads per block; the device allows {max_threads}")
+    return LoadedKernel(function, threads, binary.shared)
 
 
 def default_launch_config(kernel: TritonKernel) -> LaunchConfig:

@@ -87,7 +87,7 @@ def triton_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer]
     kernels = [generate_triton_kernel(k, buffers, sched.accesses, config) for k in sched.kernels]
     if not kernels:
         return BackendOutput({}, "", None)
-    launchers = load_launchers(kernels, triton_options(config), kernel_device(sched.kernels[0]))
+    launchers = load_launchers(kernels, triton_options(config), kernel_device(sched.kernels[0]), config)
     calls = {k.name: KernelCall(k.name, launchers[k.name], k.params, False) for k in kernels}
     return BackendOutput(calls, "\n\n".join(k.source for k in kernels), None)
 
