@@ -205,6 +205,27 @@ def test_welford_matches_eager_variance(cols: int) -> None:
     torch.testing.assert_close(var, x.var(1, unbiased=False), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape,dims", [((4096, 6), [0]), ((8, 512, 12), [0, 1]), ((4096, 1, 5), [0])])
+def test_long_column_reductions_are_split_into_partials(shape: tuple[int, ...], dims: list[int]) -> None:
+    # Few outputs over a long column: one program per tile of outputs would leave a GPU idle,
+    # so partial sums over chunks of the column come first, then a sum of the partials.
+    def fn(g: torch.Tensor, x: torch.Tensor) -> Any:
+        return aten.sum.dim_IntList(aten.mul.Tensor(g, x), dims), aten.amax.default(x, dims, True)
+
+    compiled = check_triton(fn, _rand(*shape), _rand(*shape, seed=1), rtol=1e-5, atol=1e-4, backend="triton")
+    assert compiled.kernel_count == 2
+
+
+def test_row_reductions_and_short_columns_are_not_split() -> None:
+    def softmax_fn(x: torch.Tensor) -> Any:
+        e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [1], True))
+
+    softmax = check_triton(softmax_fn, _rand(4, 3000), backend="triton")
+    short = check_triton(lambda x: aten.sum.dim_IntList(x, [0]), _rand(1000, 6), backend="triton")
+    assert (softmax.kernel_count, short.kernel_count) == (1, 1)
+
+
 # -- indexing, masks, random --------------------------------------------------------------------
 
 

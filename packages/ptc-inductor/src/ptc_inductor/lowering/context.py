@@ -114,6 +114,8 @@ class LoweringContext:
     origin: str = ""
     meta: Any = None
     storage_offsets: dict[str, int] = field(default_factory=dict)
+    # Every kernel will be Triton (the backend is forced), not only those over CUDA tensors.
+    triton: bool = False
     _lazy: list[LazyValue] = field(default_factory=list)
     _key_of: dict[int, int] = field(default_factory=dict)
     _readers: list[Reader] = field(default_factory=list)

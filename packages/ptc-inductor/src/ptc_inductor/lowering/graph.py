@@ -65,7 +65,7 @@ def _op_name(target: Any) -> str:
 
 def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
     """Lower every node of ``gm`` to loop IR and extern kernels."""
-    ctx = LoweringContext()
+    ctx = LoweringContext(triton=config.backend == "triton")
     env: dict[torch.fx.Node, Any] = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}

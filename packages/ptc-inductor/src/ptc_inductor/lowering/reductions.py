@@ -25,6 +25,82 @@ def _dims(dims: Any, ndim: int) -> list[int]:
     return sorted({d + max(ndim, 1) if d < 0 else d for d in dims} & set(range(ndim))) if ndim else []
 
 
+SPLIT_OUTPUTS_BELOW = 8192
+"""A column reduction with fewer outputs than this gives a GPU too few programs (a tile holds
+about 32 outputs) to reach its memory bandwidth: it is split into partial reductions."""
+SPLIT_MIN_REDUCED = 2048
+"""Reductions shorter than this are not split: a second kernel would cost more than it saves."""
+SPLIT_MIN_PER_PARTIAL = 256
+SPLIT_MAX_PARTIALS = 1 << 17
+"""Bounds of a split: each partial reduces at least SPLIT_MIN_PER_PARTIAL points, and all partials
+of a reduction together stay below SPLIT_MAX_PARTIALS values (the second pass's input)."""
+_SPLITTABLE = ("sum", "max", "min")
+
+
+def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int], reduction_type: str) -> int:
+    """Into how many partial reductions to cut a reduction over ``rdims`` of ``size`` (1: none).
+
+    Only column reductions (the last dim is kept, as in a bias or norm weight's gradient) are
+    split: row reductions already give one program per row. The factor is a power of two that
+    divides the first reduced dim, so every partial covers whole, equal chunks of it.
+    """
+    dims = [d for d in rdims if size[d] != 1]
+    if reduction_type not in _SPLITTABLE or not dims or (len(size) - 1) in dims:
+        return 1
+    outputs = _product(size[k] for k in kept)
+    total = _product(size[d] for d in dims)
+    if outputs >= SPLIT_OUTPUTS_BELOW or total < SPLIT_MIN_REDUCED:
+        return 1
+    first = size[dims[0]]
+    factor = 1
+    while first % (2 * factor) == 0 and total // (2 * factor) >= SPLIT_MIN_PER_PARTIAL and outputs * 2 * factor <= SPLIT_MAX_PARTIALS:
+        factor *= 2
+    return factor
+
+
+def _product(values: Any) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _split_reduce(
+    ctx: LoweringContext,
+    x: TensorValue,
+    kept: list[int],
+    rdims: list[int],
+    inner: Any,
+    factor: int,
+    reduction_type: str,
+    acc_dtype: torch.dtype,
+    src_dtype: torch.dtype,
+) -> TensorValue:
+    """The reduction as ``factor`` partial results per output (first reduced dim cut into equal
+    chunks), then a reduction of the partials."""
+    d = next(r for r in rdims if x.size[r] != 1)
+    chunk = int(x.size[d]) // factor
+    # The input seen with dim d split into (factor, chunk): later dims move up by one.
+    size = [*x.size[:d], factor, chunk, *x.size[d + 1 :]]
+    shift = [k if k < d else k + 1 for k in kept]
+    kept_split = sorted([*shift, d])
+    reduced_split = sorted([r if r < d else r + 1 for r in rdims if r != d] + [d + 1])
+
+    def chunked(idx: list[Expr]) -> Any:
+        return inner([*idx[:d], idx[d] * chunk + idx[d + 1], *idx[d + 2 :]])
+
+    partial_size = tuple(int(size[k]) for k in kept_split)
+    partial = ctx.add_reduction(
+        size, kept_split, reduced_split, chunked, reduction_type, acc_dtype, src_dtype, x.device, partial_size, acc_dtype, source=x
+    )
+    at = kept_split.index(d)
+    rest = [i for i in range(len(partial_size)) if i != at]
+    out_size = tuple(int(s) for s in ctx.meta.shape)
+    return ctx.add_reduction(
+        partial_size, rest, [at], partial.loader, reduction_type, acc_dtype, acc_dtype, x.device, out_size, ctx.meta.dtype, source=partial
+    )
+
+
 def reduce(
     ctx: LoweringContext,
     x: TensorValue,
@@ -44,6 +120,10 @@ def reduce(
         v = loader(idx)
         return ops.to_dtype(v, src_dtype) if xdtype != src_dtype else v
 
+    if x.device.type == "cuda" or ctx.triton:
+        factor = split_factor(x.size, kept, rdims, reduction_type)
+        if factor > 1:
+            return _split_reduce(ctx, x, kept, rdims, inner, factor, reduction_type, acc_dtype, src_dtype)
     out_size = tuple(int(s) for s in ctx.meta.shape)
     return ctx.add_reduction(
         x.size, kept, rdims, inner, reduction_type, acc_dtype, src_dtype, x.device, out_size, ctx.meta.dtype, source=x
