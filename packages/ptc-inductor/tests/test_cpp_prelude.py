@@ -46,6 +46,40 @@ def test_float_exp_is_within_an_ulp_with_eagers_zeros_infs_and_nans(op: torch._o
     assert _ulps(actual[finite], eager[finite]).max().item() <= 2 * max_ulp
 
 
+@pytest.mark.parametrize("first", [4.0, -32.0])
+def test_float_exp_is_within_an_ulp_of_exact_on_every_float_of_a_binade(first: float) -> None:
+    # Every float with |x| in [|first|, 2|first|): the worst inputs are about 1 in 30,000, which a
+    # linspace steps over. Adding 1 + r + r^2*P up in three roundings reached 1.01 and 1.02 ulp here.
+    start = int(torch.tensor(abs(first)).view(torch.int32))
+    x = torch.arange(start, start + 2**23, dtype=torch.int32).view(torch.float32) * (1.0 if first > 0 else -1.0)
+    actual = ptc_inductor.compile(trace_core(aten.exp.default, x))(x)
+    actual = actual[0] if isinstance(actual, (tuple, list)) else actual
+    assert _ulps(actual, torch.exp(x.double())).max().item() < 1.0
+
+
+def test_max_and_min_propagate_nan_and_keep_infs_like_eager() -> None:
+    # Rows of 40 run vectorized lanes and a scalar tail; NaN first, inside, last and everywhere.
+    x = torch.randn(6, 40, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(6, 40, generator=torch.Generator().manual_seed(1))
+    x[1, 0] = x[2, 17] = x[3, 39] = float("nan")
+    x[4, :] = float("nan")
+    x[5, 3], x[5, 4] = float("inf"), float("-inf")
+    y[0, 5] = y[1, 0] = float("nan")
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            aten.amax.default(x, [-1]),
+            aten.amin.default(x, [-1]),
+            aten.amax.default(x, [0]),
+            aten.amin.default(x, [0, 1]),
+            aten.maximum.default(x, y),
+            aten.minimum.default(y, x),
+            aten.clamp.default(x, -1.0, 1.0),
+        )
+
+    check(fn, x, y)
+
+
 def test_double_exp_still_matches_eager() -> None:
     check(aten.exp.default, torch.linspace(-800.0, 800.0, 4001, dtype=torch.float64))
 

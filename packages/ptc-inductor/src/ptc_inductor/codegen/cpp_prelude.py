@@ -29,9 +29,12 @@ static inline uint16_t ptc_float_to_half(float f) { _Float16 v = static_cast<_Fl
 static inline float ptc_round_half(float f) { return ptc_half_to_float(ptc_float_to_half(f)); }
 
 template <typename T> static inline bool ptc_isnan(T x) { if constexpr (std::is_floating_point_v<T>) return std::isnan(x); else return false; }
-// Eager's maximum/minimum propagate NaN; std::max does not.
-template <typename T> static inline T ptc_max(T a, T b) { if (ptc_isnan(a)) return a; if (ptc_isnan(b)) return b; return a > b ? a : b; }
-template <typename T> static inline T ptc_min(T a, T b) { if (ptc_isnan(a)) return a; if (ptc_isnan(b)) return b; return a < b ? a : b; }
+// Eager's maximum/minimum propagate NaN; std::max does not. Written as one select: a NaN `a` is
+// kept by the isnan test and a NaN `b` fails the compare and is picked, so gcc vectorizes it
+// as two compares and a blend; the chain of ifs took four compares, three of them on the
+// accumulator that a row max carries from one vector to the next.
+template <typename T> static inline T ptc_max(T a, T b) { return (a > b || ptc_isnan(a)) ? a : b; }
+template <typename T> static inline T ptc_min(T a, T b) { return (a < b || ptc_isnan(a)) ? a : b; }
 // NaN-propagating max/min as OpenMP reductions, so row reductions vectorize too.
 #pragma omp declare reduction(ptc_max : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = ptc_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 #pragma omp declare reduction(ptc_min : float, double, int64_t, int32_t, int16_t, int8_t, uint8_t : omp_out = ptc_min(omp_out, omp_in)) initializer(omp_priv = omp_orig)
@@ -67,18 +70,21 @@ template <typename T> static inline T ptc_bitwise_not(T x) { if constexpr (std::
 // drops to its scalar path for every vector holding a lane below ln(FLT_MIN) ~ -87.3, which
 // masked attention scores (-1e9, -inf) hit on every row. exp(x) = 2^n * e^r with
 // n = round(x / ln2) and r = x - n*ln2 in [-ln2/2, ln2/2]:
-// - x is clamped to [-104, 89] first: e^-104 rounds to 0 and e^89 overflows, so -inf/+inf
-//   and every x beyond come out 0 and inf; a NaN fails both compares and stays NaN.
 // - n is rounded by adding 1.5*2^23, which leaves n in the low mantissa bits (no float->int
 //   conversion, which would be UB for NaN); ln2 is split in two (Cody-Waite): the high part
 //   has 9 significant bits so n*hi is exact for |n| < 2^15.
-// - e^r = 1 + r + r^2*P(r): P is our own weighted least-squares (Lawson) fit of
-//   (e^r - 1 - r)/r^2 on [-ln2/2, ln2/2], relative error 3e-9, below float rounding.
+// - e^r = 1 + r * (1 + r*P(r)), two fmas after Horner: P is our own weighted least-squares
+//   (Lawson) fit of (e^r - 1 - r)/r^2 on [-ln2/2, ln2/2], relative error 3e-9. With fma, every
+//   float comes out within 0.91 ulp of the exact exp (1 + r + r^2*P in three steps reached 1.03).
 // - 2^n is applied as two factors 2^(n/2) built in the exponent bits, so both stay normal
 //   floats while the product reaches subnormal results (n down to -150) and overflows to inf.
+//   t = n + 254 comes from z's bits in one subtraction and carries both biases.
+// - Inputs outside [-104, 89] are selected at the end (e^-104 rounds to 0, e^89 overflows)
+//   rather than clamped first: gcc folds a clamp's constant into every step as masks and extra
+//   multiplies, while a select on the result costs a compare and a blend. Out there the
+//   arithmetic above is garbage or NaN but never UB (the exponent work is unsigned); a NaN
+//   fails both compares and comes out of the arithmetic as NaN.
 static inline float ptc_expf(float x) {
-  x = x < -104.0f ? -104.0f : x;
-  x = x > 89.0f ? 89.0f : x;
   const float shifter = 12582912.0f;  // 1.5 * 2^23
   float z = x * 1.442695041f + shifter;
   float n = z - shifter;
@@ -89,17 +95,18 @@ static inline float ptc_expf(float x) {
   p = p * r + 4.166838899e-2f;
   p = p * r + 1.666652113e-1f;
   p = p * r + 4.999999404e-1f;
-  float e = (p * r) * r + r + 1.0f;
+  float e = (p * r + 1.0f) * r + 1.0f;
   uint32_t zbits, shbits;
   std::memcpy(&zbits, &z, 4);
   std::memcpy(&shbits, &shifter, 4);
-  int32_t ni = static_cast<int32_t>(zbits - shbits);  // n, in [-150, 129] for finite x
-  int32_t n1 = ni >> 1, n2 = ni - n1;
-  uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
+  uint32_t t = zbits - (shbits - 254u);  // n + 254, in [104, 382] for x in [-104, 89]
+  uint32_t b1 = (t >> 1) << 23, b2 = (t - (t >> 1)) << 23;  // 2^floor(n/2), 2^ceil(n/2)
   float s1, s2;
   std::memcpy(&s1, &b1, 4);
   std::memcpy(&s2, &b2, 4);
-  return e * s1 * s2;
+  float y = e * s1 * s2;
+  y = x < -104.0f ? 0.0f : y;
+  return x > 89.0f ? std::numeric_limits<float>::infinity() : y;
 }
 // Float exp goes through ptc_expf; double (and integer, promoted to double) keep std::exp.
 template <typename T> static inline auto ptc_exp(T x) {
