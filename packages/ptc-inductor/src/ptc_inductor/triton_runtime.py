@@ -4,8 +4,10 @@ Kernel modules live on disk under ``<cache_dir>/triton/<hash>.py`` (Triton needs
 to read a kernel's source). On a GPU, each (kernel, config) is compiled with
 ``triton.compile`` (Triton's own disk cache makes a second process compile nothing), in
 parallel worker processes when a graph has several kernels; autotune winners are kept in
-``<cache_dir>/triton/autotune.json``, keyed by kernel source, device and mode. Launches go
-straight to the compiled kernel with a precomputed grid and constexpr arguments.
+``<cache_dir>/triton/autotune.json``, keyed by kernel source, device and mode. Workers hand
+back each variant's cubin; the parent loads it and launches it through ptc's one launcher
+(``cuda_launch.py``) with a precomputed grid, or through Triton's own launcher for kernels
+that need scratch memory or where ours cannot be built.
 """
 
 from __future__ import annotations
