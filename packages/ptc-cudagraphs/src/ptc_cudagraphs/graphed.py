@@ -37,6 +37,8 @@ class CudaGraphed:
             [p for p in fn.parameters() if p.requires_grad] if isinstance(fn, torch.nn.Module) else []
         )
         self._plans: weakref.WeakKeyDictionary[Node, BackwardPlan] = weakref.WeakKeyDictionary()
+        # Per call arity: (position among the differentiable inputs, parameter), built once.
+        self._param_leaves: dict[int, list[tuple[int, torch.Tensor]]] = {}
         self._infer = FunctionState(
             fn=fn, name=name, function_id=next(_IDS), static=static, config=config
         )
@@ -78,9 +80,11 @@ class CudaGraphed:
             assert isinstance(out, torch.Tensor)
             tensors.append(out.detach() if owned[i] else out)
         diff = [a if isinstance(a, torch.Tensor) else None for a in args] + self._params
+        params = self._param_leaves.get(len(args))
+        if params is None:
+            params = self._param_leaves[len(args)] = [(len(args) + i, p) for i, p in enumerate(self._params)]
         leaves = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad]
-        leaves += [(len(args) + i, p) for i, p in enumerate(self._params)]
-        holder = Holder(self.engine, node, plan, tensors, self.name, leaves)
+        holder = Holder(self.engine, node, plan, tensors, self.name, leaves + params if leaves else params)
         outs = ReplayFunction.apply(holder, *diff)  # type: ignore[no-untyped-call]
         for i, out in zip(positions, outs, strict=True):
             flat[i] = out

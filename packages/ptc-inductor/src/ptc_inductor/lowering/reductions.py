@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,8 +48,8 @@ def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int],
     dims = [d for d in rdims if size[d] != 1]
     if reduction_type not in _SPLITTABLE or not dims or (len(size) - 1) in dims:
         return 1
-    outputs = _product(size[k] for k in kept)
-    total = _product(size[d] for d in dims)
+    outputs = math.prod(int(size[k]) for k in kept)
+    total = math.prod(int(size[d]) for d in dims)
     if outputs >= SPLIT_OUTPUTS_BELOW or total < SPLIT_MIN_REDUCED:
         return 1
     first = size[dims[0]]
@@ -56,13 +57,6 @@ def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int],
     while first % (2 * factor) == 0 and total // (2 * factor) >= SPLIT_MIN_PER_PARTIAL and outputs * 2 * factor <= SPLIT_MAX_PARTIALS:
         factor *= 2
     return factor
-
-
-def _product(values: Any) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def _split_reduce(
