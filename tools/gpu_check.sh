@@ -55,6 +55,12 @@ if [ "$what" != bench ]; then
     { echo "===== $name [$marker] rc=$rc"; cat /tmp/ptc-tests.log; } >> "$OUT/tests.log"
     echo "$name [$marker]: $(tail -1 /tmp/ptc-tests.log)"
   done
+  # The Triton kernel suite again with CUDA tensors: compiled kernels, not the interpreter.
+  (cd packages/ptc-inductor && timeout 900 python3 -m pytest tests/test_triton_kernels.py -q -p no:cacheprovider -m "not slow" > /tmp/ptc-tests.log 2>&1)
+  rc=$?
+  [ $rc -ne 0 ] && status=1
+  { echo "===== ptc-inductor triton kernels on cuda rc=$rc"; cat /tmp/ptc-tests.log; } >> "$OUT/tests.log"
+  echo "ptc-inductor triton kernels on cuda: $(tail -1 /tmp/ptc-tests.log)"
   # timm imports only here (the CPU machine's torchvision wheel is built for CUDA), so the
   # real-model cases that need it run only in this step.
   (cd packages/ptc && timeout 900 python3 -m pytest tests/test_real_models.py -q -p no:cacheprovider -m "not slow" > /tmp/ptc-tests.log 2>&1)

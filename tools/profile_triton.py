@@ -1,10 +1,11 @@
 """Where a tools/bench_triton.py workload spends its compile time and its GPU time, under ptc and torch.compile.
 
-    python tools/profile_triton.py "layer_norm backward" [--compile] [--kernels] [--source]
+    python tools/profile_triton.py "layer_norm backward" [--compile] [--kernels] [--source] [--sweep]
 
 --compile: ptc's cold compile split into phases (lower, schedule, codegen, modules and parallel
 precompile, binary load, first launch) and each kernel's own serial compile time. --kernels:
-per-kernel GPU time of ptc and torch.compile (torch.profiler). Meant for the GPU machine; it explains a ratio
+per-kernel GPU time of ptc and torch.compile (torch.profiler). --sweep: every kernel timed
+alone under each launch config max-autotune would try. Meant for the GPU machine; it explains a ratio
 that bench_triton.py measured, it does not replace it.
 """
 
@@ -134,6 +135,46 @@ def _kernel_table(wl: Any, inputs: tuple[Any, ...], source: bool) -> None:
             print(k.source.split("@triton.jit\ndef kernel", 1)[-1])
 
 
+def _sweep(wl: Any, inputs: tuple[Any, ...]) -> None:
+    """Each kernel of the workload, timed alone under every config of the max-autotune search."""
+    import torch
+    from triton.testing import do_bench
+
+    import ptc_spec
+    from ptc_inductor.codegen.triton_heuristics import candidate_configs
+    from ptc_inductor.config import config_from_env
+    from ptc_inductor.triton_graph import compile_triton_graph
+    from ptc_inductor.triton_runtime import TritonLauncher
+    from ptc_spec import TensorMeta
+
+    gm = ptc_spec.trace(wl.fn, *[TensorMeta.from_tensor(t) for t in inputs], dialect="core/1")
+    graph = compile_triton_graph(gm, config_from_env(triton_autotune="none"), inputs[0].device)
+    seen: dict[str, tuple[torch.Tensor, ...]] = {}
+    launch = TritonLauncher.__call__
+
+    def record(self: TritonLauncher, *args: torch.Tensor) -> None:
+        seen[self.kernel.name] = args
+        launch(self, *args)
+
+    TritonLauncher.__call__ = record  # type: ignore[method-assign]
+    try:
+        graph(*inputs)
+    finally:
+        TritonLauncher.__call__ = launch  # type: ignore[method-assign]
+    print(f"===== {wl.name}: whole graph {do_bench(lambda: graph(*inputs), warmup=25, rep=200) * 1000:.1f} us (heuristic configs)")
+    for la in graph.launchers.values():
+        k = la.kernel
+        print(f"{k.name}: {k.style} x{k.xnumel} r{k.rnumel}")
+        for cfg in candidate_configs(k.style, k.xnumel, k.rnumel, k.rblock, "max-autotune", k.strided):
+            la._set_config(cfg)
+            try:
+                us = do_bench(lambda la=la, args=seen[k.name]: la(*args), warmup=25, rep=100) * 1000
+            except Exception as exc:  # a config may not fit the device
+                print(f"  {cfg.key():22s} failed: {str(exc)[:80]}")
+                continue
+            print(f"  {cfg.key():22s} {us:8.1f} us")
+
+
 def main() -> None:
     """Profile one workload of bench_triton.py, chosen by a prefix of its name."""
     import torch
@@ -144,6 +185,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--kernels", action="store_true")
     parser.add_argument("--source", action="store_true")
+    parser.add_argument("--sweep", action="store_true")
     args = parser.parse_args()
     wl = next(w for w in WORKLOADS if w.name.startswith(args.workload))
     inputs = wl.make(False, "cuda")
@@ -151,6 +193,8 @@ def main() -> None:
         _phases(wl, inputs)
     if args.kernels:
         _kernel_table(wl, inputs, args.source)
+    if args.sweep:
+        _sweep(wl, inputs)
     torch.cuda.synchronize()
 
 

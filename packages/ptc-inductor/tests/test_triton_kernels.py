@@ -226,6 +226,48 @@ def test_row_reductions_and_short_columns_are_not_split() -> None:
     assert (softmax.kernel_count, short.kernel_count) == (1, 1)
 
 
+def _layer_norm_backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    n = x.shape[-1]
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
+    gw = aten.mul.Tensor(g, w)
+    c1 = aten.mul.Tensor(aten.sum.dim_IntList(gw, [1], True), 1.0 / n)
+    c2 = aten.mul.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(gw, xhat), [1], True), 1.0 / n)
+    dx = aten.mul.Tensor(aten.sub.Tensor(aten.sub.Tensor(gw, c1), aten.mul.Tensor(xhat, c2)), rstd)
+    return dx, aten.sum.dim_IntList(aten.mul.Tensor(g, xhat), [0]), aten.sum.dim_IntList(g, [0])
+
+
+@pytest.mark.parametrize("rows,cols", [(2048, 64), (2048, 100)])
+def test_column_partials_ride_along_the_row_kernel_that_reads_the_same_rows(rows: int, cols: int) -> None:
+    # Layer norm backward: the weight and bias gradients (column sums) read the rows that the
+    # input gradient's kernel reads; one row-loop kernel reads them once, then the partials' sum.
+    x = _rand(rows, cols, seed=1)
+    mean, rstd = x.mean(1, keepdim=True), torch.rsqrt(x.var(1, unbiased=False, keepdim=True) + 1e-5)
+    inputs = (_rand(rows, cols), x, mean, rstd, _rand(cols, seed=2))
+    compiled = check_triton(_layer_norm_backward, *inputs, rtol=1e-4, atol=1e-4, backend="triton")
+    assert [k.style for k in compiled.kernels] == ["rowloop", "persistent"]
+    assert len(re.findall(r"tl\.load\(arg0 ", compiled.kernels[0].source)) == 1, "the row of g is loaded once per row"
+
+
+def test_partials_read_what_the_row_kernel_wrote_at_the_same_element() -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = aten.mul.Tensor(a, b)
+        return h, aten.sum.dim_IntList(h, [1], True), aten.amax.default(h, [0], False)
+
+    compiled = check_triton(fn, _rand(2048, 48), _rand(2048, 48, seed=1), backend="triton")
+    assert [k.style for k in compiled.kernels] == ["rowloop", "persistent"]
+
+
+def test_column_partials_over_other_rows_keep_their_own_kernel() -> None:
+    # Nothing to share: the column sum of y would only lengthen the softmax kernel's programs.
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
+        return aten.div.Tensor(e, aten.sum.dim_IntList(e, [1], True)), aten.sum.dim_IntList(y, [0])
+
+    compiled = check_triton(fn, _rand(2048, 32), _rand(2048, 32, seed=1), backend="triton")
+    assert "rowloop" not in [k.style for k in compiled.kernels]
+    assert compiled.kernel_count == 3
+
+
 # -- indexing, masks, random --------------------------------------------------------------------
 
 

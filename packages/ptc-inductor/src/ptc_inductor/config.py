@@ -7,6 +7,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 BACKENDS = ("auto", "cpp", "triton")
 """``auto``: C++ for kernels over CPU tensors, Triton for CUDA tensors; the others force one."""
@@ -47,6 +51,13 @@ class Config:
     def replace(self, **changes: object) -> Config:
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def triton_device(config: Config, device: torch.device) -> bool:
+    """True when ``config`` sends kernels over ``device``'s tensors to the Triton backend."""
+    if config.backend == "auto":
+        return device.type == "cuda"
+    return config.backend == "triton"
 
 
 def config_from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Config:

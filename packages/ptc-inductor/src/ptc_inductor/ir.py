@@ -22,6 +22,9 @@ Body = Callable[[Sequence[Expr], Sequence[Expr]], None]
 Loader = Callable[[Sequence[Expr]], Any]
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford")
+SPLITTABLE_REDUCTIONS = ("sum", "max", "min")
+"""Reductions whose partial results over chunks combine with the same reduction (on GPUs, long
+column reductions are split into such partials)."""
 
 
 @dataclass(frozen=True, slots=True)

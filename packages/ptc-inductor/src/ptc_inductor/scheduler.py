@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import sympy
 
 from .analysis import Access, analyze, range_map
-from .config import Config
-from .indexing import bounds, contiguous_strides, is_linear_in, xvar
-from .ir import ComputedNode, ExternNode, Node
+from .codegen.triton_heuristics import next_pow2, persistent_limit
+from .config import Config, triton_device
+from .indexing import bounds, contiguous_strides, is_linear_in, rvar, xvar
+from .ir import SPLITTABLE_REDUCTIONS, ComputedNode, ExternNode, Node
 
 log = logging.getLogger("ptc.inductor.schedule")
 
@@ -27,11 +28,27 @@ SMALL_OUTER = 64
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
-    """Computed nodes sharing the outer loops ``outer``; nodes run in order inside them."""
+    """Computed nodes sharing the outer loops ``outer``; nodes run in order inside them.
+
+    The last ``partials`` nodes are split column reductions riding along a row kernel (Triton
+    only): each program loops over whole chunks of rows, runs the row nodes on every row and
+    accumulates the chunk's partial column results in registers, so the rows are read once.
+    """
 
     name: str
     nodes: tuple[ComputedNode, ...]
     outer: tuple[int, ...]
+    partials: int = 0
+
+    @property
+    def row_nodes(self) -> tuple[ComputedNode, ...]:
+        """The nodes that run over ``outer`` (all of them unless partials ride along)."""
+        return self.nodes[: len(self.nodes) - self.partials]
+
+    @property
+    def partial_nodes(self) -> tuple[ComputedNode, ...]:
+        """The split column reductions riding along, each over (chunks, *columns) x (rows of a chunk,)."""
+        return self.nodes[len(self.nodes) - self.partials :]
 
 
 Step = Kernel | ExternNode
@@ -204,5 +221,98 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
         else:
             final.append(Kernel(f"kernel{count}", tuple(step), outer))
             count += 1
-    log.debug("scheduled %d nodes into %d kernels", len(nodes), count)
+    if config.fuse:
+        final = _attach_partials(final, accesses, config)
+    log.debug("scheduled %d nodes into %d kernels", len(nodes), len(final))
     return Schedule(tuple(final), accesses)
+
+
+# -- split column reductions riding along row kernels --------------------------------------------
+
+_P, _R = sympy.Symbol("_chunk", integer=True, nonnegative=True), sympy.Symbol("_row", integer=True, nonnegative=True)
+
+
+def _partial_shape(kernel: Kernel) -> tuple[int, tuple[int, ...], int] | None:
+    """(chunks, columns, rows per chunk) when every node of ``kernel`` is a split column reduction."""
+    first = kernel.nodes[0]
+    if len(first.ranges) < 2 or len(first.reduction_ranges) != 1 or kernel.partials:
+        return None
+    for n in kernel.nodes:
+        if not n.is_reduction or n.reduction_type not in SPLITTABLE_REDUCTIONS:
+            return None
+        if n.ranges != first.ranges or n.reduction_ranges != first.reduction_ranges:
+            return None
+        if any(not b.layout.dtype.is_floating_point for b in n.outputs):
+            return None
+    return first.ranges[0], first.ranges[1:], first.reduction_ranges[0]
+
+
+def _row_index(node: ComputedNode, index: sympy.Expr, chunk: int, cols: tuple[int, ...]) -> sympy.Expr:
+    """A row kernel node's ``index`` at row ``_chunk * chunk + _row``, its columns named x1.. ."""
+    table: dict[sympy.Expr, sympy.Expr] = {xvar(0): _P * chunk + _R}
+    if node.is_reduction:
+        table.update({rvar(i): xvar(i + 1) for i in range(len(cols))})
+    return sympy.expand(index.xreplace(table))
+
+
+def _partial_index(index: sympy.Expr) -> sympy.Expr:
+    return sympy.expand(index.xreplace({xvar(0): _P, rvar(0): _R}))
+
+
+def _can_ride(row: Kernel, part: Kernel, accesses: dict[str, Access]) -> bool:
+    """True when ``part``'s split reductions can run inside ``row``'s row loop, reading its rows.
+
+    Every row node must cover the same columns (so both share one tile of lanes); anything the
+    partials read that the row nodes write must be read at the very element written; and they
+    must share at least one load, or riding along would save nothing.
+    """
+    shape = _partial_shape(part)
+    if shape is None or len(row.outer) != 1 or row.partials:
+        return False
+    chunks, cols, chunk = shape
+    if chunks * chunk != row.outer[0] or chunk < 2:
+        return False
+    itemsize = max(b.layout.dtype.itemsize for n in (*row.nodes, *part.nodes) for b in n.outputs)
+    if next_pow2(_numel(cols)) > persistent_limit(itemsize):
+        return False  # a row must fit one tile, as in a persistent kernel
+    for n in row.nodes:
+        inner = n.reduction_ranges if n.is_reduction else n.ranges[1:]
+        if inner != cols and (n.is_reduction or inner):
+            return False
+    stores = {name: _row_index(n, i, chunk, cols) for n in row.nodes for name, i in accesses[n.name].stores}
+    row_loads = {(name, _row_index(n, i, chunk, cols)) for n in row.nodes for name, i in accesses[n.name].loads}
+    shared = False
+    for n in part.nodes:
+        for name, index in accesses[n.name].loads:
+            at = _partial_index(index)
+            if name in stores and stores[name] != at:
+                return False
+            shared = shared or (name, at) in row_loads
+    return shared
+
+
+def _attach_partials(steps: list[Step], accesses: dict[str, Access], config: Config) -> list[Step]:
+    """Move each split column reduction into the row kernel that reads the same rows, when legal."""
+    out = list(steps)
+    j = 0
+    while j < len(out):
+        part = out[j]
+        if not isinstance(part, Kernel) or _partial_shape(part) is None or not triton_device(config, part.nodes[0].outputs[0].layout.device):
+            j += 1
+            continue
+        reads = {r for n in part.nodes for r in accesses[n.name].reads()}
+        merged = False
+        for i in range(j - 1, -1, -1):
+            row = out[i]
+            if isinstance(row, Kernel) and _can_ride(row, part, accesses):
+                out[i] = Kernel(row.name, row.nodes + part.nodes, row.outer, len(part.nodes))
+                del out[j]
+                merged = True
+                break
+            # Moving the partials before this step must not make them read a buffer before it is written.
+            written = {b.name for n in row.nodes for b in n.outputs} if isinstance(row, Kernel) else {b.name for b in row.outputs if b is not None}
+            if written & reads:
+                break
+        if not merged:
+            j += 1
+    return out

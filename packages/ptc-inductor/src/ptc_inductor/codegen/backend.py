@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..config import Config
+from ..config import Config, triton_device
 from ..ir import Buffer
 from ..memory import MemoryPlan
 from ..scheduler import Kernel, Schedule
@@ -74,9 +74,7 @@ def kernel_device(kernel: Kernel) -> torch.device:
 
 def uses_triton(kernel: Kernel, config: Config) -> bool:
     """True when ``config`` sends ``kernel`` to the Triton backend."""
-    if config.backend == "auto":
-        return kernel_device(kernel).type == "cuda"
-    return config.backend == "triton"
+    return triton_device(config, kernel_device(kernel))
 
 
 def triton_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], config: Config) -> BackendOutput:

@@ -5,6 +5,11 @@ owns ``XBLOCK`` whole outer points. A kernel whose nodes all cover exactly the o
 *flat* (1D tiles). Otherwise each node's remaining loops (its reduction loops, or the inner
 pointwise loops) are flattened into ``rindex`` and run in 2D ``[XBLOCK, RBLOCK]`` tiles, either
 *persistent* (the whole inner range in one tile) or *looped* (``for roffset in range(...)``).
+
+A kernel with split column reductions riding along (``Kernel.partials``) is a *row loop*: each
+program takes ``XBLOCK`` chunks of rows and loops over a chunk's rows one at a time, running the
+row nodes on a ``[1, RBLOCK]`` tile (as a persistent kernel would) and accumulating each column's
+partial result in the same tile's lanes; the partials are stored once per chunk.
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ import torch
 from ..analysis import node_vars
 from ..config import Config
 from ..errors import CodegenError
-from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar
+from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar, xvar
 from ..ir import Buffer, ComputedNode
 from ..scheduler import Kernel
 from ..virtualized import set_ops_handler
 from . import triton_heuristics as heur
 from .triton_index import compute_dtype, tconst, texpr, tl_dtype
 from .triton_math import BINARY, BOOL_RESULT, PRELUDE, UNARY
-from .triton_reduction import emit_reduction
+from .triton_reduction import emit_reduction, emit_row_accumulation
 
 INT32_LIMIT = 2**31 - 2**17
 """Indices stay 32-bit when every value they reach (padding included) is below this."""
@@ -101,6 +106,10 @@ class TritonOps:
         self.rmask: str | None = writer.rmask_for(_numel(inner)) if inner else None
         self.extra_masks: list[str] = []
         self.in_loop = writer.style == "looped" and bool(inner)
+        # Where every node's lines share one scope, a value loaded once serves later nodes too.
+        self.forward_loads = writer.style in ("flat", "persistent", "rowloop")
+        # Row nodes of a row loop name their row x0; partials name it by chunk and row in chunk.
+        self.key_subs: dict[sympy.Symbol, Expr] = writer.row_subs
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -138,7 +147,8 @@ class TritonOps:
         uses_inner = bool(index.free_symbols & set(self.inner_vars))
         if uses_inner and self.in_loop:
             return None
-        canon = index.subs({v: sympy.Symbol(f"_i{i}", integer=True, nonnegative=True) for i, v in enumerate(self.inner_vars)})
+        canon = index.xreplace(self.key_subs) if self.key_subs else index
+        canon = canon.subs({v: sympy.Symbol(f"_i{i}", integer=True, nonnegative=True) for i, v in enumerate(self.inner_vars)})
         return name, str(sympy.expand(canon)), self.inner if uses_inner else ()
 
     # -- ops ---------------------------------------------------------------------------------
@@ -158,7 +168,10 @@ class TritonOps:
         expr = f"tl.load({name} + {texpr(index)}{extra})"
         if dtype in (torch.bfloat16, torch.float16):
             expr += ".to(tl.float32)"
-        return self._emit(expr, compute_dtype(dtype))
+        value = self._emit(expr, compute_dtype(dtype))
+        if key is not None and self.forward_loads and name not in self.w.stored:
+            self.w.forwarded[key] = value
+        return value
 
     def store(self, name: str, index: Expr, value: str) -> None:
         dtype = self.w.buffers[name].layout.dtype
@@ -268,8 +281,47 @@ class TritonOps:
         raise CodegenError(f"the Triton backend has no op '{name}'")
 
 
+_CHUNK = sympy.Symbol("pc", integer=True, nonnegative=True)
+_ROW = sympy.Symbol("rr", integer=True, nonnegative=True)
+
+
+class _PartialOps(TritonOps):
+    """Emits a split column reduction inside a row loop: its chunk (x0) is the loop's ``pc``, its
+    row within the chunk (r0) is ``rr``, and its columns are the tile's lanes."""
+
+    def __init__(self, writer: _KernelWriter, node: ComputedNode, section: Section, inner: tuple[int, ...]) -> None:
+        super().__init__(writer, node, section, inner)
+        xs, _ = node_vars(node)
+        self.outer_syms = set()
+        self.inner_vars = list(xs[1:])
+        self._rename = {xvar(0): _CHUNK, rvar(0): _ROW}
+        self.key_subs = {}
+        self.after_loop = False
+
+    def load(self, name: str, index: Expr) -> str:
+        return super().load(name, index.xreplace(self._rename))
+
+    def store(self, name: str, index: Expr, value: str) -> None:
+        super().store(name, index.xreplace(self._rename), value)
+
+    def index_expr(self, expr: Expr, dtype: torch.dtype) -> str:
+        return super().index_expr(expr.xreplace(self._rename), dtype)
+
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, rtype: str, value: str) -> Any:
+        result = emit_row_accumulation(self, dtype, rtype, value)
+        # The rest runs once per chunk, after the row loop (out of the scope of values loaded
+        # in it), still one value per column lane.
+        self.lines = self.section.suffix
+        self.cse = {}
+        self.after_loop = True
+        return result
+
+    def _forward_key(self, name: str, index: Expr) -> tuple[str, str, tuple[int, ...]] | None:
+        return None if self.after_loop else super()._forward_key(name, index)
+
+
 class _KernelWriter:
-    def __init__(self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False) -> None:
+    def __init__(self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False, stored: frozenset[str] = frozenset()) -> None:
         self.kernel = kernel
         self.buffers = buffers
         self.config = config
@@ -278,22 +330,35 @@ class _KernelWriter:
         self.params: dict[str, None] = {}
         self.written: set[str] = set()
         self.forwarded: dict[tuple[str, str, tuple[int, ...]], str] = {}
+        # Buffers some node of this kernel stores to: their loads are never reused (a store
+        # in between would make them stale); the stored values are forwarded instead.
+        self.stored = stored
         k = len(kernel.outer)
         self.xnumel = _numel(kernel.outer)
-        self.inners = [n.reduction_ranges if n.is_reduction else n.ranges[k:] for n in kernel.nodes]
+        self.inners = [n.reduction_ranges if n.is_reduction else n.ranges[k:] for n in kernel.row_nodes]
+        self.inners += [n.ranges[1:] for n in kernel.partial_nodes]
         self.rnumel = max((_numel(r) for r in self.inners if r), default=0)
         flat = k >= 1 and all(not n.is_reduction and not inner for n, inner in zip(kernel.nodes, self.inners))
-        if flat:
+        # A row loop's grid runs over chunks of rows, each ``chunk`` rows long.
+        self.chunks, self.chunk = (kernel.partial_nodes[0].ranges[0], kernel.partial_nodes[0].reduction_ranges[0]) if kernel.partials else (0, 0)
+        if kernel.partials:
+            self.style = "rowloop"
+        elif flat:
             self.style = "flat"
         elif self.rnumel and heur.next_pow2(self.rnumel) <= heur.persistent_limit(self._widest_itemsize(), strided):
             self.style = "persistent"
         else:
             self.style = "looped"
-        self.strided = strided
-        self.rblock = heur.next_pow2(self.rnumel) if self.style == "persistent" else 0
+        self.strided = strided and self.style != "rowloop"
+        self.rblock = heur.next_pow2(self.rnumel) if self.style in ("persistent", "rowloop") else 0
         max_x = heur.MAX_XBLOCK_FLAT if self.style == "flat" else heur.MAX_XBLOCK_INNER
-        self.xmask = None if self.xnumel % max_x == 0 else "xmask"
+        # Every chunk of a row loop is whole: its programs need no mask.
+        self.xmask = None if self.xnumel % max_x == 0 or self.style == "rowloop" else "xmask"
         self.index_dtype = self._index_dtype()
+        rows = "1" if self.style == "rowloop" else "XBLOCK"
+        self.tile = f"[{rows}, RBLOCK]"
+        self.column = f"[{rows}, 1]"
+        self.row_subs: dict[sympy.Symbol, Expr] = {xvar(0): self.chunk * _CHUNK + _ROW} if self.style == "rowloop" else {}
 
     def _widest_itemsize(self) -> int:
         return max((b.layout.dtype.itemsize for b in self.buffers.values()), default=4)
@@ -308,13 +373,13 @@ class _KernelWriter:
         return f"tmp{next(self.counter)}"
 
     def rmask_for(self, numel: int) -> str | None:
-        if self.style == "persistent":
+        if self.style in ("persistent", "rowloop"):
             return None if numel == self.rblock else "rmask"
         return None if numel % heur.MAX_RBLOCK == 0 else "rmask"
 
-    def node_section(self, node: ComputedNode, inner: tuple[int, ...]) -> Section:
+    def node_section(self, node: ComputedNode, inner: tuple[int, ...], partial: bool = False) -> Section:
         section = Section()
-        handler = TritonOps(self, node, section, inner)
+        handler = (_PartialOps if partial else TritonOps)(self, node, section, inner)
         xs, rs = node_vars(node)
         with set_ops_handler(handler):
             node.body(xs, rs)
@@ -328,6 +393,9 @@ class _KernelWriter:
     def header(self) -> list[str]:
         k = len(self.kernel.outer)
         wide = self.index_dtype == "tl.int64"
+        if self.style == "rowloop":
+            cast = ".to(tl.int64)" if wide else ""
+            return [f"rbase = tl.arange(0, RBLOCK)[None, :]{cast}"]
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         lines = [f"xnumel = {self.xnumel}"]
         suffix = "" if self.style == "flat" else "[:, None]"
@@ -340,9 +408,10 @@ class _KernelWriter:
             lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{cast}")
         return lines
 
-    def inner_defs(self, node: ComputedNode, inner: tuple[int, ...]) -> list[str]:
+    def inner_defs(self, node: ComputedNode, inner: tuple[int, ...], names: Sequence[str] | None = None) -> list[str]:
         k = len(self.kernel.outer)
-        names = [f"r{i}" for i in range(len(inner))] if node.is_reduction else [f"x{k + i}" for i in range(len(inner))]
+        if names is None:
+            names = [f"r{i}" for i in range(len(inner))] if node.is_reduction else [f"x{k + i}" for i in range(len(inner))]
         lines = []
         numel = _numel(inner)
         if self.rmask_for(numel):
@@ -351,6 +420,8 @@ class _KernelWriter:
         return lines
 
     def body(self) -> list[str]:
+        if self.style == "rowloop":
+            return self.row_loop_body()
         out: list[str] = []
         if self.style == "persistent":
             out.append("rindex = rbase")
@@ -373,6 +444,42 @@ class _KernelWriter:
         return out
 
 
+    def row_loop_body(self) -> list[str]:
+        """Chunks of this program, rows of each chunk: row nodes per row, partials per chunk."""
+        kernel = self.kernel
+        rows = len(kernel.row_nodes)
+        sections = [self.node_section(n, inner, partial=i >= rows) for i, (n, inner) in enumerate(zip(kernel.nodes, self.inners))]
+        cols = self.inners[-1]
+        zero = f"tl.zeros([1, 1], {self.index_dtype})"
+        # Columns are the same lanes for every row: named once, before the loops.
+        out = ["rindex = rbase", *self.inner_defs(kernel.partial_nodes[0], cols, ["x" + str(i + 1) for i in range(len(cols))])]
+        out.append("for pcl in range(0, XBLOCK):")
+        chunk_lines = [f"pc = tl.program_id(0) * XBLOCK + pcl + {zero}"]
+        for sec in sections[rows:]:
+            chunk_lines.extend(sec.prefix)
+        chunk_lines.append(f"for rrl in range(0, {self.chunk}):")
+        row_lines = [f"rr = rrl + {zero}", f"xindex = pc * {self.chunk} + rr", "x0 = xindex"]
+        for node, inner, sec in zip(kernel.row_nodes, self.inners, sections):
+            row_lines.append(self.comment(node))
+            if sec.barrier:
+                row_lines.append("tl.debug_barrier()")
+            row_lines.extend(sec.prefix)
+            if inner:
+                row_lines.extend(self.inner_defs(node, inner))
+            row_lines.extend(sec.body)
+            row_lines.extend(sec.suffix)
+        for node, sec in zip(kernel.partial_nodes, sections[rows:]):
+            row_lines.append(self.comment(node) + f"; partial over chunks of {self.chunk} rows")
+            if sec.barrier:
+                row_lines.append("tl.debug_barrier()")
+            row_lines.extend(sec.body)
+        chunk_lines.extend("    " + ln for ln in row_lines)
+        for sec in sections[rows:]:
+            chunk_lines.extend(sec.suffix)
+        out.extend("    " + ln for ln in chunk_lines)
+        return out
+
+
 def _strided_reduction(kernel: Kernel, accesses: dict[str, Any]) -> bool:
     """True when some reduction loads along its innermost reduced dim with a stride other than 1."""
     for node in kernel.nodes:
@@ -388,7 +495,8 @@ def _strided_reduction(kernel: Kernel, accesses: dict[str, Any]) -> bool:
 
 def generate_triton_kernel(kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config) -> TritonKernel:
     """Generate the Triton module (helpers and one ``@triton.jit`` function) of one kernel."""
-    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses))
+    stored = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].stores)
+    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored)
     body = writer.body()
     head = writer.header()
     names = list(writer.params)
@@ -398,15 +506,18 @@ def generate_triton_kernel(kernel: Kernel, buffers: dict[str, Buffer], accesses:
                 names.append(name)
     params = [*names, "XBLOCK: tl.constexpr"] + ([] if writer.style == "flat" else ["RBLOCK: tl.constexpr"])
     origins = tuple(dict.fromkeys(o for n in kernel.nodes for o in n.origins))
+    shape = f" in {writer.chunks} chunks of {writer.chunk} rows" if writer.style == "rowloop" else ""
     lines = [
         "",
         "",
         "@triton.jit",
         f"def {kernel.name}({', '.join(params)}):",
-        f"    # {writer.style} kernel over {list(kernel.outer)}; graph node(s): {', '.join(origins)}",
+        f"    # {writer.style} kernel over {list(kernel.outer)}{shape}; graph node(s): {', '.join(origins)}",
         *("    " + ln for ln in head + body),
         "",
     ]
     source = PRELUDE + "\n".join(lines)
     dtypes = tuple(buffers[n].layout.dtype for n in names)
-    return TritonKernel(kernel.name, source, tuple(names), dtypes, writer.style, writer.xnumel, writer.rnumel, writer.rblock, writer.index_dtype, strided=writer.strided, origins=origins)
+    # A row loop's programs each take XBLOCK chunks of rows: its grid is over chunks.
+    xnumel = writer.chunks if writer.style == "rowloop" else writer.xnumel
+    return TritonKernel(kernel.name, source, tuple(names), dtypes, writer.style, xnumel, writer.rnumel, writer.rblock, writer.index_dtype, strided=writer.strided, origins=origins)

@@ -55,6 +55,9 @@ def default_config(style: str, xnumel: int, rnumel: int, rblock: int, strided: b
     if style == "flat":
         xblock = min(1024, next_pow2(xnumel))
         return LaunchConfig(xblock, 1, max(1, min(4, xblock // 128)))
+    if style == "rowloop":
+        # XBLOCK counts chunks of rows per program; the tile is one row.
+        return LaunchConfig(1, rblock, max(2, _warps_for(rblock)))
     if style == "persistent":
         xblock = 1 if rblock >= 1024 else min(next_pow2(xnumel), 1024 // rblock, MAX_XBLOCK_INNER)
         return LaunchConfig(xblock, rblock, max(2 if rblock >= 1024 else 1, _warps_for(xblock * rblock)))
@@ -80,6 +83,12 @@ def candidate_configs(style: str, xnumel: int, rnumel: int, rblock: int, mode: s
             for w in warps:
                 if xb // (w * 32) in (2, 4, 8, 16) or (wide and xb // (w * 32) >= 1):
                     out.append(LaunchConfig(min(xb, MAX_XBLOCK_FLAT), 1, w))
+    elif style == "rowloop":
+        # Fewer, longer programs trade parallelism for fewer partial stores.
+        for chunks in (1, 2, 4) if wide else (1, 2):
+            for w in sorted({base.num_warps, min(16, base.num_warps * 2)}):
+                if chunks <= xnumel:
+                    out.append(LaunchConfig(chunks, rblock, w))
     elif style == "persistent":
         xblocks = {base.xblock, max(1, base.xblock // 2), min(MAX_XBLOCK_INNER, base.xblock * 2)}
         warp_set = {base.num_warps, min(32, base.num_warps * 2)}

@@ -14,7 +14,6 @@ from .triton_index import identity, tl_dtype
 if TYPE_CHECKING:
     from .triton import TritonOps
 
-TILE = "[XBLOCK, RBLOCK]"
 INDEX_INIT = 2**63 - 1
 """Initial index of an argmax/argmin lane: larger than any real index, so real values win ties."""
 
@@ -46,7 +45,8 @@ def _kind(rtype: str, dtype: torch.dtype) -> _Kind:
 
 def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rtype: str, value: str) -> Any:
     """Emit the reduction of ``value`` over the node's inner range; return the result name(s)."""
-    style = h.w.style if h.inner else "trivial"
+    # A row loop's row nodes hold their whole row in one tile, as a persistent kernel does.
+    style = ("persistent" if h.w.style == "rowloop" else h.w.style) if h.inner else "trivial"
     if rtype in ("argmax", "argmin"):
         return _arg_reduction(h, style, src_dtype, rtype, value)
     if rtype == "welford":
@@ -64,7 +64,7 @@ def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rty
         tile = _masked_tile(h, v, identity(rtype, work_dtype))
         out = h.new_value(kind.final.format(t=tile) + "[:, None]", work_dtype)
     else:
-        acc = h.new_value(f"tl.full({TILE}, {identity(rtype, work_dtype)}, {tl_dtype(work_dtype)})", work_dtype, h.section.prefix)
+        acc = h.new_value(f"tl.full({h.w.tile}, {identity(rtype, work_dtype)}, {tl_dtype(work_dtype)})", work_dtype, h.section.prefix)
         combined = kind.combine.format(a=acc, b=v)
         if h.rmask:
             combined = f"tl.where({h.rmask}, {combined}, {acc})"
@@ -75,10 +75,21 @@ def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rty
     return out
 
 
+def emit_row_accumulation(h: TritonOps, dtype: torch.dtype, rtype: str, value: str) -> str:
+    """A split column reduction in a row loop: each lane (a column) folds in one value per row.
+
+    The accumulator is the whole tile, declared once per chunk (the section's prefix)."""
+    kind = _kind(rtype, dtype)
+    v = value if h.dtype_of(value) == dtype else h.new_value(f"{value}.to({tl_dtype(dtype)})", dtype)
+    acc = h.new_value(f"tl.full({h.w.tile}, {identity(rtype, dtype)}, {tl_dtype(dtype)})", dtype, h.section.prefix)
+    h.emit_line(f"{acc} = {kind.combine.format(a=acc, b=v)}")
+    return acc
+
+
 def _masked_tile(h: TritonOps, v: str, fill: str) -> str:
     """``v`` broadcast to the full tile, with padded lanes set to ``fill``."""
     inner = f"tl.where({h.rmask}, {v}, {fill})" if h.rmask else v
-    return h.new_value(f"tl.broadcast_to({inner}, {TILE})", h.dtype_of(v))
+    return h.new_value(f"tl.broadcast_to({inner}, {h.w.tile})", h.dtype_of(v))
 
 
 def _arg_reduction(h: TritonOps, style: str, src_dtype: torch.dtype, rtype: str, value: str) -> str:
@@ -87,15 +98,15 @@ def _arg_reduction(h: TritonOps, style: str, src_dtype: torch.dtype, rtype: str,
     if style == "trivial":
         return h.new_value("tl.full([], 0, tl.int64)", torch.int64)
     fill = identity(rtype, src_dtype)
-    index = h.new_value(f"tl.broadcast_to(rindex, {TILE}).to(tl.int64)", torch.int64)
+    index = h.new_value(f"tl.broadcast_to(rindex, {h.w.tile}).to(tl.int64)", torch.int64)
     if style == "persistent":
         tile = _masked_tile(h, v, fill)
         pair = h.w.fresh()
         h.emit_line(f"_, {pair} = tl.reduce(({tile}, {index}), 1, {combine})")
         h.w.dtypes[pair] = torch.int64
         return h.new_value(f"{pair}[:, None]", torch.int64)
-    accv = h.new_value(f"tl.full({TILE}, {fill}, {tl_dtype(src_dtype)})", src_dtype, h.section.prefix)
-    acci = h.new_value(f"tl.full({TILE}, {INDEX_INIT}, tl.int64)", torch.int64, h.section.prefix)
+    accv = h.new_value(f"tl.full({h.w.tile}, {fill}, {tl_dtype(src_dtype)})", src_dtype, h.section.prefix)
+    acci = h.new_value(f"tl.full({h.w.tile}, {INDEX_INIT}, tl.int64)", torch.int64, h.section.prefix)
     nv, ni = h.w.fresh(), h.w.fresh()
     h.emit_line(f"{nv}, {ni} = {combine}({accv}, {acci}, {v}, {index})")
     if h.rmask:
@@ -126,9 +137,9 @@ def _welford(h: TritonOps, style: str, dtype: torch.dtype, value: str) -> tuple[
         mean = h.new_value(f"tl.sum({tile}, 1)[:, None] / {count}", dtype)
         dev = _masked_tile(h, h.new_value(f"{v} - {mean}", dtype), "0")
         m2 = h.new_value(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
-        n = h.new_value(f"tl.full([XBLOCK, 1], {count}, {tdt})", dtype)
+        n = h.new_value(f"tl.full({h.w.column}, {count}, {tdt})", dtype)
         return mean, m2, n
-    accs = [h.new_value(f"tl.zeros({TILE}, {tdt})", dtype, h.section.prefix) for _ in range(3)]
+    accs = [h.new_value(f"tl.zeros({h.w.tile}, {tdt})", dtype, h.section.prefix) for _ in range(3)]
     mean, m2, n = accs
     nn = h.new_value(f"{n} + 1", dtype)
     delta = h.new_value(f"{v} - {mean}", dtype)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ..indexing import Expr
-from ..ir import TensorValue
+from ..ir import SPLITTABLE_REDUCTIONS, TensorValue
 from ..virtualized import ops
 from .context import LoweringContext
 from .pointwise import compute_dtype
@@ -31,11 +31,14 @@ SPLIT_OUTPUTS_BELOW = 8192
 about 32 outputs) to reach its memory bandwidth: it is split into partial reductions."""
 SPLIT_MIN_REDUCED = 2048
 """Reductions shorter than this are not split: a second kernel would cost more than it saves."""
-SPLIT_MIN_PER_PARTIAL = 256
-SPLIT_MAX_PARTIALS = 1 << 17
-"""Bounds of a split: each partial reduces at least SPLIT_MIN_PER_PARTIAL points, and all partials
-of a reduction together stay below SPLIT_MAX_PARTIALS values (the second pass's input)."""
-_SPLITTABLE = ("sum", "max", "min")
+SPLIT_MIN_PER_PARTIAL = 32
+SPLIT_MAX_PARTIALS = 1 << 20
+SPLIT_MAX_FACTOR = 1024
+"""Bounds of a split: each partial reduces at least SPLIT_MIN_PER_PARTIAL points, all partials
+of a reduction together stay within SPLIT_MAX_PARTIALS values (the second pass's input, at
+most a few percent of what the first reads), and there are at most SPLIT_MAX_FACTOR partials
+per output. Many short partials matter when the partials ride along a row kernel (the
+scheduler's row loop): each chunk of rows is one program there, and a GPU wants hundreds."""
 
 
 def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int], reduction_type: str) -> int:
@@ -46,7 +49,7 @@ def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int],
     divides the first reduced dim, so every partial covers whole, equal chunks of it.
     """
     dims = [d for d in rdims if size[d] != 1]
-    if reduction_type not in _SPLITTABLE or not dims or (len(size) - 1) in dims:
+    if reduction_type not in SPLITTABLE_REDUCTIONS or not dims or (len(size) - 1) in dims:
         return 1
     outputs = math.prod(int(size[k]) for k in kept)
     total = math.prod(int(size[d]) for d in dims)
@@ -54,7 +57,12 @@ def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int],
         return 1
     first = size[dims[0]]
     factor = 1
-    while first % (2 * factor) == 0 and total // (2 * factor) >= SPLIT_MIN_PER_PARTIAL and outputs * 2 * factor <= SPLIT_MAX_PARTIALS:
+    while (
+        first % (2 * factor) == 0
+        and total // (2 * factor) >= SPLIT_MIN_PER_PARTIAL
+        and outputs * 2 * factor <= SPLIT_MAX_PARTIALS
+        and 2 * factor <= SPLIT_MAX_FACTOR
+    ):
         factor *= 2
     return factor
 
