@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -156,6 +157,7 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         torch.cuda.reset_peak_memory_stats()
         median, host = _time_steps(step, max(steps // 10, 20))
         check = float("nan")
+        phases = _phase_memory(opt, fn, inputs)
     else:
         net.eval()
         fn = _wrap(impl, lambda idx: net(idx), inputs[0])
@@ -168,6 +170,7 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
             whole_peak = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()
             median, host = _time_steps(lambda i: fn(inputs[i % len(inputs)]), steps)
+        phases = {}
     graphs = "-"
     if impl == "ptc_cudagraphs":
         import ptc_cudagraphs
@@ -185,7 +188,29 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         "steady_peak_mib": torch.cuda.max_memory_allocated() / 2**20,
         "max_abs_err": check,
         "setup_s": setup_s,
+        "phases": phases,
+        "reserved_mib": torch.cuda.memory_reserved() / 2**20,
     }
+
+
+def _phase_memory(opt: torch.optim.Optimizer, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> dict[str, list[float]]:
+    """One more training step, phase by phase: (peak, allocated after) in MiB, to place the step's peak."""
+    out: dict[str, list[float]] = {}
+    held: dict[str, torch.Tensor] = {}
+    idx = inputs[0]
+
+    def forward() -> None:
+        held["loss"] = F.cross_entropy(fn(idx).flatten(0, 1), idx.flatten())
+
+    actions: list[tuple[str, Callable[[], object]]] = [("zero_grad", lambda: opt.zero_grad(set_to_none=True)), ("forward", forward),
+               ("backward", lambda: held.pop("loss").backward()), ("optimizer", opt.step)]
+    for name, action in actions:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        action()
+        torch.cuda.synchronize()
+        out[name] = [torch.cuda.max_memory_allocated() / 2**20, torch.cuda.memory_allocated() / 2**20]
+    return out
 
 
 def main() -> None:
@@ -225,6 +250,17 @@ def main() -> None:
             f"| {row['model']} | {row['impl']} | {row['median_ms']:.4f} | {row['host_ms']:.4f} | {ratio} "
             f"| {row['peak_mib']:.1f} / {row['steady_peak_mib']:.1f} | {row['max_abs_err']:.2e} | {row['setup_s']:.1f} | {row['graphs']} |"
         )
+    phased = [r for r in rows if r.get("phases")]
+    if phased:
+        print()
+        print("Memory of one training step by phase, MiB: peak within the phase / allocated after it.")
+        print()
+        names = list(cast(dict[str, list[float]], phased[0]["phases"]))
+        print("| model | impl | " + " | ".join(names) + " | reserved at end |")
+        print("| --- | --- | " + " | ".join("---" for _ in names) + " | --- |")
+        for row in phased:
+            cells = " | ".join(f"{p:.1f} / {a:.1f}" for p, a in cast(dict[str, list[float]], row["phases"]).values())
+            print(f"| {row['model']} | {row['impl']} | {cells} | {row['reserved_mib']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ if [ "$what" != bench ]; then
   rc=$?
   [ $rc -ne 0 ] && status=1
   { echo "===== ptc-inductor triton kernels on cuda rc=$rc"; cat /tmp/ptc-tests.log; } >> "$OUT/tests.log"
-  echo "ptc-inductor triton kernels on cuda: $(tail -1 /tmp/ptc-tests.log)"
+  echo "ptc-inductor triton kernels on cuda: $(grep -E '(passed|failed|error)' /tmp/ptc-tests.log | tail -1)"
   # timm imports only here (the CPU machine's torchvision wheel is built for CUDA), so the
   # real-model cases that need it run only in this step.
   (cd packages/ptc && timeout 900 python3 -m pytest tests/test_real_models.py -q -p no:cacheprovider -m "not slow" > /tmp/ptc-tests.log 2>&1)

@@ -12,6 +12,7 @@ that need scratch memory or where ours cannot be built.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import hashlib
 import importlib.util
@@ -189,6 +190,9 @@ def compile_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             ctx = multiprocessing.get_context(method)
             _POOL = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_prepare_worker)
+            # Shut down before interpreter teardown: the executor's own late cleanup otherwise
+            # runs after modules are gone and prints an ignored exception at exit.
+            atexit.register(_POOL.shutdown, wait=False, cancel_futures=True)
         return _POOL
 
 
