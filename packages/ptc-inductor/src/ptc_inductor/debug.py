@@ -71,7 +71,8 @@ def format_schedule(sched: Schedule, plan: MemoryPlan) -> str:
     lines = []
     for i, step in enumerate(sched.steps):
         if isinstance(step, Kernel):
-            lines.append(f"[{i}] {step.name} outer={list(step.outer)}: {', '.join(n.name for n in step.nodes)}")
+            rides = f"; partials riding along: {', '.join(n.name for n in step.partial_nodes)}" if step.partials else ""
+            lines.append(f"[{i}] {step.name} outer={list(step.outer)}: {', '.join(n.name for n in step.row_nodes)}{rides}")
         else:
             lines.append(f"[{i}] extern {step.op}: {step.name}")
         if plan.allocate.get(i):

@@ -275,10 +275,9 @@ def _can_ride(row: Kernel, part: Kernel, accesses: dict[str, Access]) -> bool:
     itemsize = max(b.layout.dtype.itemsize for n in (*row.nodes, *part.nodes) for b in n.outputs)
     if next_pow2(_numel(cols)) > persistent_limit(itemsize):
         return False  # a row must fit one tile, as in a persistent kernel
-    for n in row.nodes:
-        inner = n.reduction_ranges if n.is_reduction else n.ranges[1:]
-        if inner != cols and (n.is_reduction or inner):
-            return False
+    inners = [n.reduction_ranges if n.is_reduction else n.ranges[1:] for n in row.nodes]
+    if any(inner != cols and (n.is_reduction or inner) for n, inner in zip(row.nodes, inners)) or cols not in inners:
+        return False  # no row node reads whole rows: the partials would only serialize it
     stores = {name: _row_index(n, i, chunk, cols) for n in row.nodes for name, i in accesses[n.name].stores}
     row_loads = {(name, _row_index(n, i, chunk, cols)) for n in row.nodes for name, i in accesses[n.name].loads}
     shared = False
