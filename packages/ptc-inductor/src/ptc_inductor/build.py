@@ -118,12 +118,15 @@ def _valid(so_path: str) -> bool:
         return False
 
 
-def _load_cached(
-    source: str, config: Config, flags: Sequence[str], load: Callable[[str], T], errors: tuple[type[Exception], ...]
-) -> tuple[T, str]:
-    """Load the cache entry of ``source`` with ``load``; build it on a miss, rebuild it when corrupt."""
+def _entry_path(source: str, config: Config, flags: Sequence[str]) -> str:
     key = cache_key(source, config, flags)
-    so_path = os.path.join(config.cache_dir, key[:2], key + ".so")
+    return os.path.join(config.cache_dir, key[:2], key + ".so")
+
+
+def _load_cached(
+    so_path: str, source: str, config: Config, flags: Sequence[str], load: Callable[[str], T], errors: tuple[type[Exception], ...]
+) -> T:
+    """Load the cache entry ``so_path`` of ``source`` with ``load``; build it on a miss, rebuild it when corrupt."""
     loaded: T | None = None
     if os.path.exists(so_path) and _valid(so_path):
         try:
@@ -140,19 +143,18 @@ def _load_cached(
             loaded = load(so_path)
         except errors as exc:
             raise BuildError(f"built {so_path} but could not load it: {exc}") from exc
-    return loaded, so_path
+    return loaded
 
 
 def load_library(source: str, config: Config) -> tuple[ctypes.CDLL, str]:
     """Return the loaded shared library for ``source`` (compiling only on a cache miss) and its path."""
-    key = cache_key(source, config)
-    so_path = os.path.join(config.cache_dir, key[:2], key + ".so")
+    so_path = _entry_path(source, config, config.cxx_flags)
     with _LOCK:
         known = _LOADED.get(so_path)
         if known is not None:
             STATS.memory_hits += 1
             return known, so_path
-        lib, so_path = _load_cached(source, config, config.cxx_flags, ctypes.CDLL, (OSError,))
+        lib = _load_cached(so_path, source, config, config.cxx_flags, ctypes.CDLL, (OSError,))
         _LOADED[so_path] = lib
         return lib, so_path
 
@@ -170,7 +172,7 @@ def load_extension(source: str, name: str, config: Config) -> ModuleType:
         return module
 
     with _LOCK:
-        module, _ = _load_cached(source, config, flags, load, (ImportError, OSError))
+        module = _load_cached(_entry_path(source, config, flags), source, config, flags, load, (ImportError, OSError))
     return module
 
 

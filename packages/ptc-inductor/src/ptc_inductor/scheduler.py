@@ -229,7 +229,9 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
 
 # -- split column reductions riding along row kernels --------------------------------------------
 
-_P, _R = sympy.Symbol("_chunk", integer=True, nonnegative=True), sympy.Symbol("_row", integer=True, nonnegative=True)
+CHUNK = sympy.Symbol("pc", integer=True, nonnegative=True)
+ROW = sympy.Symbol("rr", integer=True, nonnegative=True)
+"""A row loop's chunk of rows and row within it: generated Triton names them ``pc`` and ``rr``."""
 
 
 def _partial_shape(kernel: Kernel) -> tuple[int, tuple[int, ...], int] | None:
@@ -249,25 +251,25 @@ def _partial_shape(kernel: Kernel) -> tuple[int, tuple[int, ...], int] | None:
 
 def _row_index(node: ComputedNode, index: sympy.Expr, chunk: int, cols: tuple[int, ...]) -> sympy.Expr:
     """A row kernel node's ``index`` at row ``_chunk * chunk + _row``, its columns named x1.. ."""
-    table: dict[sympy.Expr, sympy.Expr] = {xvar(0): _P * chunk + _R}
+    table: dict[sympy.Expr, sympy.Expr] = {xvar(0): CHUNK * chunk + ROW}
     if node.is_reduction:
         table.update({rvar(i): xvar(i + 1) for i in range(len(cols))})
     return sympy.expand(index.xreplace(table))
 
 
-def _partial_index(index: sympy.Expr) -> sympy.Expr:
-    return sympy.expand(index.xreplace({xvar(0): _P, rvar(0): _R}))
+def partial_index(index: sympy.Expr) -> sympy.Expr:
+    """A split partial's ``index`` in row-loop terms: its chunk (x0) is CHUNK, its row in the chunk (r0) ROW."""
+    return sympy.expand(index.xreplace({xvar(0): CHUNK, rvar(0): ROW}))
 
 
-def _can_ride(row: Kernel, part: Kernel, accesses: dict[str, Access]) -> bool:
+def _can_ride(row: Kernel, part: Kernel, shape: tuple[int, tuple[int, ...], int], accesses: dict[str, Access]) -> bool:
     """True when ``part``'s split reductions can run inside ``row``'s row loop, reading its rows.
 
     Every row node must cover the same columns (so both share one tile of lanes); anything the
     partials read that the row nodes write must be read at the very element written; and they
     must share at least one load, or riding along would save nothing.
     """
-    shape = _partial_shape(part)
-    if shape is None or len(row.outer) != 1 or row.partials:
+    if len(row.outer) != 1 or row.partials:
         return False
     chunks, cols, chunk = shape
     if chunks * chunk != row.outer[0] or chunk < 2:
@@ -283,7 +285,7 @@ def _can_ride(row: Kernel, part: Kernel, accesses: dict[str, Access]) -> bool:
     shared = False
     for n in part.nodes:
         for name, index in accesses[n.name].loads:
-            at = _partial_index(index)
+            at = partial_index(index)
             if name in stores and stores[name] != at:
                 return False
             shared = shared or (name, at) in row_loads
@@ -296,14 +298,14 @@ def _attach_partials(steps: list[Step], accesses: dict[str, Access], config: Con
     j = 0
     while j < len(out):
         part = out[j]
-        if not isinstance(part, Kernel) or _partial_shape(part) is None or not triton_device(config, part.nodes[0].outputs[0].layout.device):
+        if not isinstance(part, Kernel) or (shape := _partial_shape(part)) is None or not triton_device(config, part.nodes[0].outputs[0].layout.device):
             j += 1
             continue
         reads = {r for n in part.nodes for r in accesses[n.name].reads()}
         merged = False
         for i in range(j - 1, -1, -1):
             row = out[i]
-            if isinstance(row, Kernel) and _can_ride(row, part, accesses):
+            if isinstance(row, Kernel) and _can_ride(row, part, shape, accesses):
                 out[i] = Kernel(row.name, row.nodes + part.nodes, row.outer, len(part.nodes))
                 del out[j]
                 merged = True

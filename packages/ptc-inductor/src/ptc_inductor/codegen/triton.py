@@ -27,7 +27,7 @@ from ..config import Config
 from ..errors import CodegenError
 from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar, xvar
 from ..ir import Buffer, ComputedNode
-from ..scheduler import Kernel
+from ..scheduler import CHUNK, ROW, Kernel, partial_index
 from ..virtualized import set_ops_handler
 from . import triton_heuristics as heur
 from .triton_index import compute_dtype, tconst, texpr, tl_dtype
@@ -281,10 +281,6 @@ class TritonOps:
         raise CodegenError(f"the Triton backend has no op '{name}'")
 
 
-_CHUNK = sympy.Symbol("pc", integer=True, nonnegative=True)
-_ROW = sympy.Symbol("rr", integer=True, nonnegative=True)
-
-
 class _PartialOps(TritonOps):
     """Emits a split column reduction inside a row loop: its chunk (x0) is the loop's ``pc``, its
     row within the chunk (r0) is ``rr``, and its columns are the tile's lanes."""
@@ -294,18 +290,17 @@ class _PartialOps(TritonOps):
         xs, _ = node_vars(node)
         self.outer_syms = set()
         self.inner_vars = list(xs[1:])
-        self._rename = {xvar(0): _CHUNK, rvar(0): _ROW}
         self.key_subs = {}
         self.after_loop = False
 
     def load(self, name: str, index: Expr) -> str:
-        return super().load(name, index.xreplace(self._rename))
+        return super().load(name, partial_index(index))
 
     def store(self, name: str, index: Expr, value: str) -> None:
-        super().store(name, index.xreplace(self._rename), value)
+        super().store(name, partial_index(index), value)
 
     def index_expr(self, expr: Expr, dtype: torch.dtype) -> str:
-        return super().index_expr(expr.xreplace(self._rename), dtype)
+        return super().index_expr(partial_index(expr), dtype)
 
     def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, rtype: str, value: str) -> Any:
         result = emit_row_accumulation(self, dtype, rtype, value)
@@ -358,7 +353,7 @@ class _KernelWriter:
         rows = "1" if self.style == "rowloop" else "XBLOCK"
         self.tile = f"[{rows}, RBLOCK]"
         self.column = f"[{rows}, 1]"
-        self.row_subs: dict[sympy.Symbol, Expr] = {xvar(0): self.chunk * _CHUNK + _ROW} if self.style == "rowloop" else {}
+        self.row_subs: dict[sympy.Symbol, Expr] = {xvar(0): self.chunk * CHUNK + ROW} if self.style == "rowloop" else {}
 
     def _widest_itemsize(self) -> int:
         return max((b.layout.dtype.itemsize for b in self.buffers.values()), default=4)
