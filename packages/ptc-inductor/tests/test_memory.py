@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from conftest import check
+from conftest import check, trace_core
 
 aten = torch.ops.aten
 
@@ -27,8 +27,6 @@ def test_peak_intermediate_bytes_of_a_long_chain_stays_bounded() -> None:
 
 
 def test_reuse_can_be_switched_off() -> None:
-    from conftest import trace_core
-
     import ptc_inductor
 
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -73,3 +71,78 @@ def test_plan_and_wrapper_do_not_depend_on_string_hashing() -> None:
         done = subprocess.run([sys.executable, "-c", _MANY_FREED], env=env, capture_output=True, text=True, timeout=300, check=True)
         wrappers.add(done.stdout)
     assert len(wrappers) == 1 and "kernel" in next(iter(wrappers))
+
+
+def _residual_ln(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h = aten.add.Tensor(x, r)
+    mean = aten.div.Tensor(aten.sum.dim_IntList(h, [1], True), h.shape[1])
+    c = aten.sub.Tensor(h, mean)
+    var = aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(c, c), [1], True), h.shape[1])
+    return h, aten.mul.Tensor(c, aten.rsqrt.default(aten.add.Tensor(var, 1e-5)))
+
+
+def _big_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    # 512 x 1024 float32: 2 MiB per output, above the recycling size.
+    return torch.randn(512, 1024, generator=g), torch.randn(512, 1024, generator=g)
+
+
+def test_large_outputs_dropped_by_the_caller_are_handed_out_again() -> None:
+    x, r = _big_inputs()
+    compiled = check(_residual_ln, x, r)
+    assert compiled.wrapper_source.count(".take()") == 2
+    first = [t.data_ptr() for t in compiled(x, r)]
+    # The previous results are dropped: the same storage comes back, pages already mapped.
+    for _ in range(3):
+        outs = compiled(x, r)
+        assert [t.data_ptr() for t in outs] == first
+        torch.testing.assert_close(outs, _residual_ln(x, r))
+        assert all(t._base is None and t.data_ptr() % 64 == 0 for t in outs)
+        del outs
+
+
+def test_recycled_storage_is_never_shared_with_an_output_still_alive() -> None:
+    x, r = _big_inputs()
+    compiled = check(_residual_ln, x, r)
+    want = _residual_ln(x, r)
+    held_view = compiled(x, r)[1][3:, 5:]  # only a view of one output survives
+    held_numpy = compiled(x, r)[0].numpy()  # only a NumPy array over another output
+    snapshot_view, snapshot_numpy = held_view.clone(), held_numpy.copy()
+    ptrs = set()
+    for scale in (2.0, 3.0, 4.0):
+        outs = compiled(x * scale, r * scale)
+        ptrs.update(t.data_ptr() for t in outs)
+        torch.testing.assert_close(outs[0], want[0] * scale)
+    assert torch.equal(held_view, snapshot_view)
+    assert (held_numpy == snapshot_numpy).all()
+    assert held_view.data_ptr() not in ptrs and held_numpy.ctypes.data not in ptrs
+
+
+def test_recycled_outputs_take_in_place_updates_and_gradients_like_eager_ones() -> None:
+    x, r = _big_inputs()
+    compiled = check(_residual_ln, x, r)
+    h, y = compiled(x, r)
+    eager_h, eager_y = _residual_ln(x, r)
+    y.add_(1.0).mul_(2.0)
+    eager_y.add_(1.0).mul_(2.0)
+    leaf, eager_leaf = h.requires_grad_(), eager_h.requires_grad_()
+    (leaf * y).sum().backward()
+    (eager_leaf * eager_y).sum().backward()
+    torch.testing.assert_close(leaf.grad, eager_leaf.grad)
+    assert leaf.is_leaf and leaf.grad_fn is None
+
+
+def test_recycling_can_be_switched_off() -> None:
+    import ptc_inductor
+
+    x, r = _big_inputs()
+    gm = trace_core(_residual_ln, x, r)
+    off = ptc_inductor.compile(gm, config=ptc_inductor.config_from_env(env={"PTC_INDUCTOR_RECYCLE_OUTPUTS": "0"}))
+    assert ".take()" not in off.wrapper_source
+    torch.testing.assert_close(off(x, r), _residual_ln(x, r))
+
+
+def test_small_outputs_are_not_recycled() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, r = torch.randn(64, 32, generator=g), torch.randn(64, 32, generator=g)
+    assert ".take()" not in check(_residual_ln, x, r).wrapper_source

@@ -71,7 +71,7 @@ def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_
     built = backend(sched, plan, lowered.buffers, cfg)  # 4. generate, build and load the kernels
     source, path = built.source, built.artifact
     # 5. the Python wrapper that allocates buffers and runs kernels and extern calls in order
-    wrapper = generate_wrapper(lowered, sched, plan, built.calls, cfg.check_extern_strides, cfg.check_input_strides)
+    wrapper = generate_wrapper(lowered, sched, plan, built.calls, cfg)
     namespace = dict(wrapper.namespace)
     exec(compile_source(wrapper.source), namespace)
     if cfg.output_code:

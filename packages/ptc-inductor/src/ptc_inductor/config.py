@@ -39,6 +39,7 @@ class Config:
     parallel_min_work: int = 32768
     check_extern_strides: bool = True
     check_input_strides: bool = True
+    recycle_outputs: bool = True
     backend: str = "auto"
     triton_autotune: str = "default"
 
@@ -77,6 +78,8 @@ def config_from_env(env: Mapping[str, str] | None = None, **overrides: object) -
         fields["fuse"] = False
     if source.get("PTC_INDUCTOR_REUSE_BUFFERS", "1") == "0":
         fields["reuse_buffers"] = False
+    if source.get("PTC_INDUCTOR_RECYCLE_OUTPUTS", "1") == "0":
+        fields["recycle_outputs"] = False
     if "PTC_INDUCTOR_BACKEND" in source:
         fields["backend"] = source["PTC_INDUCTOR_BACKEND"]
     if "PTC_INDUCTOR_TRITON_AUTOTUNE" in source:

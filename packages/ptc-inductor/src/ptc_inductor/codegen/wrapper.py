@@ -9,9 +9,11 @@ from typing import Any
 
 import torch
 
+from ..config import Config
 from ..ir import BufferArg, ExternNode, Layout
 from ..lowering.graph import LoweredGraph
 from ..memory import MemoryPlan
+from ..recycle import RECYCLE_MIN_BYTES, OutputRecycler
 from ..scheduler import Kernel, Schedule
 from .backend import KernelCall
 
@@ -67,8 +69,7 @@ def generate_wrapper(
     sched: Schedule,
     plan: MemoryPlan,
     calls: dict[str, KernelCall],
-    check_extern_strides: bool,
-    check_input_strides: bool = True,
+    config: Config,
 ) -> WrapperSource:
     """Generate ``call(*inputs)`` for a scheduled, planned graph whose kernels are ``calls``."""
     names = _Namer()
@@ -82,7 +83,7 @@ def generate_wrapper(
             lay = graph.buffers[name].layout
             var_layout[name] = lay
             input_vars.add(name)
-            if check_input_strides and lay.numel > 1:
+            if config.check_input_strides and lay.numel > 1:
                 # Kernels index inputs with the strides they were compiled for; a caller
                 # passing another layout gets a copy rather than wrong answers.
                 size, stride = names.literal(lay.size), names.literal(lay.stride)
@@ -119,10 +120,15 @@ def generate_wrapper(
             return "(" + "".join(render(x) + ", " for x in a) + ")"
         return names.literal(a)
 
+    returned = {storage_of(out.view.buffer) for out in graph.outputs if out.view is not None}
     for i, step in enumerate(sched.steps):
         for buf_name in plan.allocate.get(i, ()):
             lay = graph.buffers[buf_name].layout
             var_layout[buf_name] = lay
+            if config.recycle_outputs and buf_name in returned and lay.device.type == "cpu" and lay.nbytes >= RECYCLE_MIN_BYTES:
+                recycler = OutputRecycler(lay.size, lay.stride, lay.dtype, lay.nbytes)
+                lines.append(f"{buf_name} = {names.const(recycler, 'recycle')}.take()")
+                continue
             lines.append(
                 f"{buf_name} = _empty({names.literal(lay.size)}, {names.literal(lay.stride)}, "
                 f"dtype={names.const(lay.dtype, 'dt')}, device={names.const(lay.device, 'dev')})"
@@ -134,7 +140,7 @@ def generate_wrapper(
             args = [data_ptr(p) if kc.pointers else storage_of(p) for p in kc.params]
             lines.append(f"{kc.name}({', '.join(args)})  # {origins}")
         else:
-            lines.extend(_extern_lines(step, names, render, var_layout, check_extern_strides))
+            lines.extend(_extern_lines(step, names, render, var_layout, config.check_extern_strides))
         for var in plan.free_after.get(i, ()):
             lines.append(f"del {var}")
     outs = []
