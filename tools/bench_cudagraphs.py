@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +41,8 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return out
 
 
 class Block(nn.Module):
@@ -53,7 +54,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
 
 
 class GPT(nn.Module):
@@ -69,14 +71,14 @@ class GPT(nn.Module):
         x = self.tok(idx) + self.pos[: idx.shape[1]]
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln(x))
+        logits: torch.Tensor = self.head(self.ln(x))
+        return logits
 
 
 def _build(model: str) -> tuple[nn.Module, Callable[[], torch.Tensor]]:
     if model.startswith("gpt4"):
-        net = GPT().cuda()
         batch = 8 if "train" in model else 1
-        return net, lambda: torch.randint(0, 8192, (batch, 32), device="cuda")
+        return GPT().cuda(), lambda: torch.randint(0, 8192, (batch, 32), device="cuda")
     net = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 512))
     return net.cuda(), lambda: torch.randn(1, 512, device="cuda")
 
@@ -87,7 +89,7 @@ def _wrap(impl: str, fn: Callable[..., torch.Tensor], example: torch.Tensor) -> 
 
         return ptc_cudagraphs.cudagraphify(fn, [example])  # type: ignore[return-value]
     if impl == "compile_reduce_overhead":
-        return torch.compile(fn, mode="reduce-overhead")  # type: ignore[return-value]
+        return torch.compile(fn, mode="reduce-overhead")
     if impl == "raw_cudagraph":
         return _raw_graph(fn, example)
     return fn
@@ -190,11 +192,14 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         "setup_s": setup_s,
         "phases": phases,
         "reserved_mib": torch.cuda.memory_reserved() / 2**20,
+        "private_pools_mib": _private_pools(),
     }
 
 
 def _phase_memory(opt: torch.optim.Optimizer, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> dict[str, list[float]]:
-    """One more training step, phase by phase: (peak, allocated after) in MiB, to place the step's peak."""
+    """One more training step, phase by phase: (peak allocated, allocated after, peak reserved) in
+    MiB, to place the step's peak; "idle pool" is private-pool memory that no tensor the user can
+    reach (the parameters' .grad) occupies when the optimizer starts."""
     out: dict[str, list[float]] = {}
     held: dict[str, torch.Tensor] = {}
     idx = inputs[0]
@@ -205,12 +210,34 @@ def _phase_memory(opt: torch.optim.Optimizer, fn: Callable[..., torch.Tensor], i
     actions: list[tuple[str, Callable[[], object]]] = [("zero_grad", lambda: opt.zero_grad(set_to_none=True)), ("forward", forward),
                ("backward", lambda: held.pop("loss").backward()), ("optimizer", opt.step)]
     for name, action in actions:
+        if name == "optimizer":
+            grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
+            out["idle pool"] = [_idle_pool_mib(grads)]
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         action()
         torch.cuda.synchronize()
-        out[name] = [torch.cuda.max_memory_allocated() / 2**20, torch.cuda.memory_allocated() / 2**20]
+        out[name] = [torch.cuda.max_memory_allocated() / 2**20, torch.cuda.memory_allocated() / 2**20,
+                     torch.cuda.max_memory_reserved() / 2**20]
     return out
+
+
+def _private_segments() -> list[dict[str, Any]]:
+    return [s for s in torch.cuda.memory_snapshot() if tuple(s.get("segment_pool_id", (0, 0))) != (0, 0)]
+
+
+def _private_pools() -> tuple[float, float]:
+    """MiB reserved and allocated in private (graph) pools, from the allocator's snapshot."""
+    segments = _private_segments()
+    return sum(s["total_size"] for s in segments) / 2**20, sum(s["allocated_size"] for s in segments) / 2**20
+
+
+def _idle_pool_mib(held: list[torch.Tensor]) -> float:
+    """MiB of private-pool memory that none of ``held`` occupies."""
+    segments = _private_segments()
+    spans = [(s["address"], s["address"] + s["total_size"]) for s in segments]
+    in_pool = sum(t.untyped_storage().nbytes() for t in held if any(a <= t.data_ptr() < b for a, b in spans))
+    return float(sum(s["total_size"] for s in segments) - in_pool) / 2**20
 
 
 def main() -> None:
@@ -253,14 +280,25 @@ def main() -> None:
     phased = [r for r in rows if r.get("phases")]
     if phased:
         print()
-        print("Memory of one training step by phase, MiB: peak within the phase / allocated after it.")
+        print("Memory of one training step by phase, MiB: peak allocated within the phase / allocated after it "
+              "/ peak reserved within it. Idle pool: private-pool memory no .grad occupies as the optimizer starts. "
+              "Private pools: reserved / allocated at the end. Over eager: peak reserved minus eager's.")
         print()
-        names = list(cast(dict[str, list[float]], phased[0]["phases"]))
-        print("| model | impl | " + " | ".join(names) + " | reserved at end |")
-        print("| --- | --- | " + " | ".join("---" for _ in names) + " | --- |")
+        names = [n for n in cast(dict[str, list[float]], phased[0]["phases"]) if n != "idle pool"]
+        print("| model | impl | " + " | ".join(names) + " | idle pool | private pools | over eager |")
+        print("| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- | --- |")
         for row in phased:
-            cells = " | ".join(f"{p:.1f} / {a:.1f}" for p, a in cast(dict[str, list[float]], row["phases"]).values())
-            print(f"| {row['model']} | {row['impl']} | {cells} | {row['reserved_mib']:.1f} |")
+            phases = cast(dict[str, list[float]], row["phases"])
+            cells = " | ".join(f"{p:.1f} / {a:.1f} / {r:.1f}" for p, a, r in (phases[n] for n in names))
+            pools = cast(list[float], row["private_pools_mib"])
+            eager = next((r for r in phased if r["model"] == row["model"] and r["impl"] == "eager"), None)
+            over = "-" if eager is None else f"{_peak_reserved(row) - _peak_reserved(eager):+.1f}"
+            print(f"| {row['model']} | {row['impl']} | {cells} | {phases['idle pool'][0]:.1f} "
+                  f"| {pools[0]:.1f} / {pools[1]:.1f} | {over} |")
+
+
+def _peak_reserved(row: dict[str, object]) -> float:
+    return max(v[2] for k, v in cast(dict[str, list[float]], row["phases"]).items() if k != "idle pool")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ class FakeRecorder:
         self.device = torch.device(device)
         self.recordings: list[FakeRecording] = []
         self.resets = 0
+        self.releases = 0
 
     def warmup(self, fn: FlatFn, args: Sequence[object]) -> tuple[list[object], str | None]:
         return fn(*args), None
@@ -76,6 +77,9 @@ class FakeRecorder:
 
     def reset(self) -> None:
         self.resets += 1
+
+    def release_cached(self) -> None:
+        self.releases += 1
 
 
 class FrozenRecording:

@@ -143,6 +143,31 @@ def test_finished_backward_starts_a_new_generation(engine: Engine) -> None:
     assert engine.tree.generation == gen + 1
 
 
+def test_cache_is_emptied_once_when_the_step_after_a_recording_begins(engine: Engine) -> None:
+    recorder = engine.recorder
+    assert isinstance(recorder, FakeRecorder)
+    f = make(lambda x: x + 1, "f")
+    run(engine, f, torch.ones(1))  # warms up and records f
+    assert recorder.releases == 0  # the recording step's warm-up tensors may still be alive
+    for _ in range(3):
+        run(engine, f, torch.ones(1))
+    assert recorder.releases == 1
+    run(engine, f, torch.ones(3))  # a new shape records once more
+    run(engine, f, torch.ones(3))
+    run(engine, f, torch.ones(3))
+    assert recorder.releases == 2
+    assert len(recorder.recordings) == 2
+
+
+def test_emptying_the_cache_can_be_switched_off() -> None:
+    recorder = FakeRecorder()
+    engine = Engine(recorder, Config(release_warmup_memory=False))
+    f = make(lambda x: x + 1, "f")
+    for _ in range(3):
+        run(engine, f, torch.ones(1))
+    assert recorder.releases == 0
+
+
 def test_without_auto_generations_only_mark_step_begin_restarts() -> None:
     engine = Engine(FakeRecorder(), Config(auto_generations=False))
     f = make(lambda x: x + 1, "f")

@@ -21,6 +21,9 @@ class Config:
     auto_generations: bool = True
     # Compare non-static inputs' version counters across warm-up to detect mutation.
     check_input_mutation: bool = True
+    # Once the steps that recorded are over, give the device's unused cached memory back: the
+    # warm-ups ran on the side stream, and blocks cached for that stream serve nothing else.
+    release_warmup_memory: bool = True
 
 
 _ENV_FIELDS: dict[str, tuple[str, type]] = {
@@ -28,6 +31,7 @@ _ENV_FIELDS: dict[str, tuple[str, type]] = {
     "PTC_CUDAGRAPHS_MAX_RECORDINGS": ("max_recordings_per_function", int),
     "PTC_CUDAGRAPHS_AUTO_GENERATIONS": ("auto_generations", bool),
     "PTC_CUDAGRAPHS_CHECK_MUTATION": ("check_input_mutation", bool),
+    "PTC_CUDAGRAPHS_RELEASE_WARMUP_MEMORY": ("release_warmup_memory", bool),
 }
 
 

@@ -215,6 +215,11 @@ class CudaRecorder:
         self._pool = None
         self._recordings = weakref.WeakSet()
 
+    def release_cached(self) -> None:
+        """Empty the caching allocator's unused blocks of this device (graph pools keep theirs)."""
+        with torch.cuda.device(self.device):
+            torch.cuda.empty_cache()
+
 
 def _prime(stream: torch.cuda.Stream, device: torch.device) -> None:
     # cuBLAS keeps one workspace per stream for the life of the process. Allocated during a

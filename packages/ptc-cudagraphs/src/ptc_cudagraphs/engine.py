@@ -86,6 +86,8 @@ class Engine:
         # Per backward node: (leaf, address of the gradient handed to autograd for it) pairs of
         # its latest replay.
         self._lent: dict[Node, list[tuple[torch.Tensor, int]]] = {}
+        # A recording was made since the cache was last emptied (see Config.release_warmup_memory).
+        self._recorded = False
 
     def call(self, f: FunctionState, args: Sequence[object], track: bool = True) -> CallResult:
         """Run f over args by replay, by warm-up-and-record, or eagerly; see the module doc."""
@@ -101,6 +103,11 @@ class Engine:
             role=f.role,
         ):
             tree.begin_generation()
+            if self._recorded and self.config.release_warmup_memory:
+                # The step that recorded is over, and with it the eager warm-ups' tensors
+                # (activations, the first eager backward's gradients) that held side-stream blocks.
+                self._recorded = False
+                self.recorder.release_cached()
         key, devices = input_key(args, f.static, self._is_parent_output)
         reason = device_reason(devices, self.recorder.device)
         if reason is not None:
@@ -176,6 +183,7 @@ class Engine:
         except CaptureError as exc:
             return str(exc.__cause__ or exc)
         node.recording = recording
+        self._recorded = True
         node.owned_positions = tuple(i for i, own in enumerate(recording.owned) if own)
         self.tree.assign_index(node)
         self.stats.recordings += 1

@@ -67,6 +67,10 @@ class Recorder(Protocol):
         """Forget the memory pool so that it can be freed once its graphs are gone."""
         ...
 
+    def release_cached(self) -> None:
+        """Give the device's cached memory that no tensor uses back to the driver."""
+        ...
+
 
 def input_aliases(
     outputs: Sequence[object], buffers: dict[int, torch.Tensor]
