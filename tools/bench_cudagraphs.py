@@ -174,12 +174,15 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
             median, host = _time_steps(lambda i: fn(inputs[i % len(inputs)]), steps)
         phases = {}
     graphs = "-"
+    input_buffers = 0.0
     if impl == "ptc_cudagraphs":
         import ptc_cudagraphs
 
         snap = ptc_cudagraphs.stats()
         graphs = (f"{snap.recordings} rec, {snap.replays} replays, eager {snap.eager_calls} {snap.fallbacks}, "
-                  f"pool {snap.pool_bytes / 2**20:.1f} MiB, pinned outputs {snap.pinned_output_bytes / 2**20:.1f} MiB")
+                  f"pool {snap.pool_bytes / 2**20:.1f} MiB, pinned outputs {snap.pinned_output_bytes / 2**20:.1f} MiB, "
+                  f"input buffers {snap.input_buffer_bytes / 2**20:.1f} MiB")
+        input_buffers = snap.input_buffer_bytes / 2**20
     return {
         "graphs": graphs,
         "impl": impl,
@@ -193,6 +196,7 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         "phases": phases,
         "reserved_mib": torch.cuda.memory_reserved() / 2**20,
         "private_pools_mib": _private_pools(),
+        "input_buffer_mib": input_buffers,
     }
 
 
@@ -281,11 +285,12 @@ def main() -> None:
     if phased:
         print()
         print("Memory of one training step by phase, MiB: peak allocated within the phase / allocated after it "
-              "/ peak reserved within it. Idle pool: private-pool memory no .grad occupies as the optimizer starts. "
+              "/ peak reserved within it. Idle pool: private-pool memory no .grad occupies as the optimizer starts; "
+              "input buffers: ptc's buffers for copied inputs (outside the pool). "
               "Private pools: reserved / allocated at the end. Over eager: peak reserved minus eager's.")
         print()
         names = [n for n in cast(dict[str, list[float]], phased[0]["phases"]) if n != "idle pool"]
-        print("| model | impl | " + " | ".join(names) + " | idle pool | private pools | over eager |")
+        print("| model | impl | " + " | ".join(names) + " | idle pool + input buffers | private pools | over eager |")
         print("| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- | --- |")
         for row in phased:
             phases = cast(dict[str, list[float]], row["phases"])
@@ -293,7 +298,7 @@ def main() -> None:
             pools = cast(list[float], row["private_pools_mib"])
             eager = next((r for r in phased if r["model"] == row["model"] and r["impl"] == "eager"), None)
             over = "-" if eager is None else f"{_peak_reserved(row) - _peak_reserved(eager):+.1f}"
-            print(f"| {row['model']} | {row['impl']} | {cells} | {phases['idle pool'][0]:.1f} "
+            print(f"| {row['model']} | {row['impl']} | {cells} | {phases['idle pool'][0]:.1f} + {row['input_buffer_mib']:.1f} "
                   f"| {pools[0]:.1f} / {pools[1]:.1f} | {over} |")
 
 

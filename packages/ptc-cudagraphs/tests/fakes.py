@@ -30,6 +30,7 @@ class FakeRecording:
         self.nbytes = sum(o.untyped_storage().nbytes() for o, own in
                           zip(self.static_outputs, self.owned) if own)  # type: ignore[union-attr]
         self.pool_bytes = self.nbytes
+        self.input_bytes = sum(b.untyped_storage().nbytes() for b in self.buffers.values())
         self.copies = 0
         self.replays = 0
 
@@ -98,7 +99,7 @@ class FrozenRecording:
         with torch.enable_grad() if grad else torch.no_grad():
             self.static_outputs = fn(*self.graph_args)
         self.owned = tuple(isinstance(o, torch.Tensor) for o in self.static_outputs)
-        self.nbytes = self.pool_bytes = 0
+        self.nbytes = self.pool_bytes = self.input_bytes = 0
         self.launches = 0
 
     def launch(self) -> None:

@@ -372,3 +372,12 @@ def test_failing_after_record_hook_abandons_the_recording(engine: Engine) -> Non
         torch.testing.assert_close(run(engine, f, torch.ones(1)), torch.full((1,), 2.0))
     assert f.eager_reason is FallbackReason.CAPTURE_FAILED
     assert not engine.tree.root.children
+
+
+def test_stats_count_the_buffers_of_copied_inputs(engine: Engine) -> None:
+    weight = torch.ones(2, dtype=torch.float64)
+    f = make(lambda x, w: x * w, "f", static=frozenset({1}))
+    run(engine, f, torch.ones(4, 2), weight)
+    snap = engine.stats.snapshot()
+    # x (4 x 2 float32) is copied into a buffer; the static weight is read where it is.
+    assert (snap.recordings, snap.input_buffer_bytes) == (1, 4 * 2 * 4)

@@ -63,6 +63,7 @@ def test_inference_replays_match_eager_over_changing_values() -> None:
     snap = pcg.stats()
     assert (snap.recordings, snap.replays, snap.eager_calls) == (1, 19, 0), snap
     assert snap.pinned_output_bytes == 8 * 16 * 4
+    assert snap.input_buffer_bytes == 8 * 32 * 4  # x is copied in; the parameters are static
 
 
 @gpu

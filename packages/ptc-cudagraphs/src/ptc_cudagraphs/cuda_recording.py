@@ -50,6 +50,7 @@ class CudaRecording:
             if own and isinstance(out, torch.Tensor)
         )
         self._pool_bytes = pool_bytes
+        self._input_bytes = sum(buf.untyped_storage().nbytes() for buf in buffers.values())
         # Input copies made by replays; tests use it to prove static inputs are not copied.
         self.copies = 0
 
@@ -57,6 +58,11 @@ class CudaRecording:
     def nbytes(self) -> int:
         """Bytes of the outputs the recording keeps pinned in the pool."""
         return self._nbytes
+
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of the buffers that copied inputs are written into before each replay."""
+        return self._input_bytes
 
     @property
     def pool_bytes(self) -> int:

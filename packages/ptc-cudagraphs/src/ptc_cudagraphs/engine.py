@@ -189,6 +189,7 @@ class Engine:
         self.stats.recordings += 1
         self.stats.pool_bytes += recording.pool_bytes
         self.stats.pinned_output_bytes += recording.nbytes
+        self.stats.input_buffer_bytes += recording.input_bytes
         log.debug("cudagraphs: recorded %s as node #%d", f.name, node.index)
         if f.after_record is not None:
             return f.after_record(node)

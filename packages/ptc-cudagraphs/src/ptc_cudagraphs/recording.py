@@ -19,6 +19,11 @@ class Recording(Protocol):
         ...
 
     @property
+    def input_bytes(self) -> int:
+        """Bytes of the buffers that copied inputs are written into before each replay."""
+        ...
+
+    @property
     def pool_bytes(self) -> int:
         """Bytes the pool grew by while this graph was recorded."""
         ...

@@ -20,6 +20,7 @@ class CudagraphStats:
     fallback_log: tuple[tuple[str, str], ...]
     pool_bytes: int
     pinned_output_bytes: int
+    input_buffer_bytes: int
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Stats:
     eager_calls: int = 0
     pool_bytes: int = 0
     pinned_output_bytes: int = 0
+    input_buffer_bytes: int = 0
     fallbacks: Counter[FallbackReason] = field(default_factory=Counter)
     # First occurrence of each (function, reason): enough to explain, bounded in size.
     fallback_log: dict[tuple[str, str], None] = field(default_factory=dict)
@@ -57,6 +59,7 @@ class Stats:
             fallback_log=tuple(self.fallback_log),
             pool_bytes=self.pool_bytes,
             pinned_output_bytes=self.pinned_output_bytes,
+            input_buffer_bytes=self.input_buffer_bytes,
         )
 
 
@@ -76,4 +79,5 @@ def merge(snapshots: list[CudagraphStats]) -> CudagraphStats:
         fallback_log=tuple(log),
         pool_bytes=sum(s.pool_bytes for s in snapshots),
         pinned_output_bytes=sum(s.pinned_output_bytes for s in snapshots),
+        input_buffer_bytes=sum(s.input_buffer_bytes for s in snapshots),
     )
