@@ -49,7 +49,8 @@ class OutputRecycler:
         bufs = self._bufs
         with self._lock:
             for i in range(len(bufs)):
-                # Two references: the pool's list and getrefcount's argument.
+                # Two references: the pool's list and getrefcount's argument. A buffer in use has
+                # at least one more (its storage's), so a miscount can only skip a free buffer.
                 if sys.getrefcount(bufs[i]) == 2:
                     return self._wrap(bufs[i], self._pads[i])
             if len(bufs) < POOL_SIZE:
@@ -59,11 +60,6 @@ class OutputRecycler:
                 self._pads.append(pad)
                 return self._wrap(buf, pad)
         return torch.empty_strided(self._size, self._stride, dtype=self._dtype)
-
-    def in_use(self) -> int:
-        """How many of the pool's buffers back a live storage now."""
-        with self._lock:
-            return sum(sys.getrefcount(self._bufs[i]) > 2 for i in range(len(self._bufs)))
 
     def _wrap(self, buf: bytearray, pad: int) -> torch.Tensor:
         storage = torch.frombuffer(buf, dtype=torch.uint8, count=self._nbytes, offset=pad).untyped_storage()
