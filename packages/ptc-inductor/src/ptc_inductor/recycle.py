@@ -23,6 +23,16 @@ POOL_SIZE = 2
 _ALIGN = 64
 
 
+def _references(bufs: list[bytearray], i: int) -> int:
+    return sys.getrefcount(bufs[i])
+
+
+# References of a buffer held by its list alone, counted by the very expression take() uses, so
+# the count does not depend on how this interpreter counts temporaries. A buffer in use has one
+# more (its storage's) and never matches.
+_IDLE = _references([bytearray(1)], 0)
+
+
 class OutputRecycler:
     """Hands out tensors of one layout whose storage comes from buffers no live tensor uses.
 
@@ -49,9 +59,7 @@ class OutputRecycler:
         bufs = self._bufs
         with self._lock:
             for i in range(len(bufs)):
-                # Two references: the pool's list and getrefcount's argument. A buffer in use has
-                # at least one more (its storage's), so a miscount can only skip a free buffer.
-                if sys.getrefcount(bufs[i]) == 2:
+                if _references(bufs, i) == _IDLE:
                     return self._wrap(bufs[i], self._pads[i])
             if len(bufs) < POOL_SIZE:
                 buf = bytearray(self._nbytes + _ALIGN)
