@@ -159,7 +159,7 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         torch.cuda.reset_peak_memory_stats()
         median, host = _time_steps(step, max(steps // 10, 20))
         check = float("nan")
-        phases = _phase_memory(opt, fn, inputs)
+        phases, idle_pool = _phase_memory(opt, fn, inputs)
     else:
         net.eval()
         fn = _wrap(impl, lambda idx: net(idx), inputs[0])
@@ -172,7 +172,7 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
             whole_peak = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()
             median, host = _time_steps(lambda i: fn(inputs[i % len(inputs)]), steps)
-        phases = {}
+        phases, idle_pool = {}, 0.0
     graphs = "-"
     input_buffers = 0.0
     if impl == "ptc_cudagraphs":
@@ -197,14 +197,18 @@ def child(impl: str, model: str, steps: int) -> dict[str, object]:
         "reserved_mib": torch.cuda.memory_reserved() / 2**20,
         "private_pools_mib": _private_pools(),
         "input_buffer_mib": input_buffers,
+        "idle_pool_mib": idle_pool,
     }
 
 
-def _phase_memory(opt: torch.optim.Optimizer, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> dict[str, list[float]]:
+def _phase_memory(
+    opt: torch.optim.Optimizer, fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]
+) -> tuple[dict[str, list[float]], float]:
     """One more training step, phase by phase: (peak allocated, allocated after, peak reserved) in
-    MiB, to place the step's peak; "idle pool" is private-pool memory that no tensor the user can
-    reach (the parameters' .grad) occupies when the optimizer starts."""
+    MiB, to place the step's peak; and the private-pool MiB that no tensor the user can reach
+    (the parameters' .grad) occupies when the optimizer starts."""
     out: dict[str, list[float]] = {}
+    idle_pool = 0.0
     held: dict[str, torch.Tensor] = {}
     idx = inputs[0]
 
@@ -216,14 +220,14 @@ def _phase_memory(opt: torch.optim.Optimizer, fn: Callable[..., torch.Tensor], i
     for name, action in actions:
         if name == "optimizer":
             grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
-            out["idle pool"] = [_idle_pool_mib(grads)]
+            idle_pool = _idle_pool_mib(grads)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         action()
         torch.cuda.synchronize()
         out[name] = [torch.cuda.max_memory_allocated() / 2**20, torch.cuda.memory_allocated() / 2**20,
                      torch.cuda.max_memory_reserved() / 2**20]
-    return out
+    return out, idle_pool
 
 
 def _private_segments() -> list[dict[str, Any]]:
@@ -289,7 +293,7 @@ def main() -> None:
               "input buffers: ptc's buffers for copied inputs (outside the pool). "
               "Private pools: reserved / allocated at the end. Over eager: peak reserved minus eager's.")
         print()
-        names = [n for n in cast(dict[str, list[float]], phased[0]["phases"]) if n != "idle pool"]
+        names = list(cast(dict[str, list[float]], phased[0]["phases"]))
         print("| model | impl | " + " | ".join(names) + " | idle pool + input buffers | private pools | over eager |")
         print("| --- | --- | " + " | ".join("---" for _ in names) + " | --- | --- | --- |")
         for row in phased:
@@ -298,12 +302,12 @@ def main() -> None:
             pools = cast(list[float], row["private_pools_mib"])
             eager = next((r for r in phased if r["model"] == row["model"] and r["impl"] == "eager"), None)
             over = "-" if eager is None else f"{_peak_reserved(row) - _peak_reserved(eager):+.1f}"
-            print(f"| {row['model']} | {row['impl']} | {cells} | {phases['idle pool'][0]:.1f} + {row['input_buffer_mib']:.1f} "
+            print(f"| {row['model']} | {row['impl']} | {cells} | {row['idle_pool_mib']:.1f} + {row['input_buffer_mib']:.1f} "
                   f"| {pools[0]:.1f} / {pools[1]:.1f} | {over} |")
 
 
 def _peak_reserved(row: dict[str, object]) -> float:
-    return max(v[2] for k, v in cast(dict[str, list[float]], row["phases"]).items() if k != "idle pool")
+    return max(v[2] for v in cast(dict[str, list[float]], row["phases"]).values())
 
 
 if __name__ == "__main__":
