@@ -78,7 +78,7 @@ def test_entries_cannot_be_edited() -> None:
 
 
 def test_unknown_op_set_says_what_is_known() -> None:
-    with pytest.raises(UnsupportedDialectError, match=r"unknown op set 'core/9': this ptc-spec knows core/1; upgrade ptc-spec"):
+    with pytest.raises(UnsupportedDialectError, match=r"unknown op set 'core/9': this ptc-spec knows core/1, core/2; upgrade ptc-spec"):
         opset("core/9")
 
 

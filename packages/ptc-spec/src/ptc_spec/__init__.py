@@ -12,6 +12,7 @@ from .errors import (
     TraceError,
     UnsupportedDialectError,
 )
+from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
@@ -32,6 +33,7 @@ def node_meta(node: object) -> object:
 __all__ = [
     "CATEGORIES",
     "DIALECT_KEY",
+    "FALLBACK_KEY",
     "FORMAT",
     "LATEST_CORE",
     "META_KEY",
@@ -57,11 +59,14 @@ __all__ = [
     "contiguous_strides",
     "dialect_of",
     "dumps",
+    "fallback_problem",
     "finish",
     "known_dialects",
     "load",
     "is_allowed_target",
+    "is_fallback",
     "loads",
+    "mark_fallback",
     "node_meta",
     "offending_nodes",
     "opset",

@@ -10,6 +10,7 @@ import torch.utils._pytree as pytree
 
 from .dialects import _validate_name
 from .errors import DialectError
+from .fallback import fallback_problem, mark_fallback
 from .meta import TensorMeta
 from .opset import opset, overload_name
 from .tracer import TracedTensor, Tracer, finish
@@ -57,7 +58,27 @@ class GraphBuilder:
         """
         self._require_open()
         self._require_in_dialect(op)
+        return self._add(op, args, kwargs)
 
+    def fallback(self, op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+        """Add ``op`` as a fallback call (core/2 and later): the backend runs its eager kernel.
+
+        Returns the new node, or a tuple of nodes for ops with several outputs.
+        """
+        self._require_open()
+        if self.dialect != "aten" and not opset(self.dialect).fallbacks:
+            raise DialectError(f"{self.dialect} has no fallbacks; build a core/2 graph to call {overload_name(op)} unfused")
+        problem = fallback_problem(op)
+        if problem is not None:
+            raise DialectError(f"{overload_name(op)} cannot be a fallback: {problem}")
+        before = set(self._tracer.graph.nodes)
+        result = self._add(op, args, kwargs)
+        for node in self._tracer.graph.nodes:
+            if node not in before and node.target is op:
+                mark_fallback(node)
+        return result
+
+    def _add(self, op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         def to_traced(x: Any) -> Any:
             if isinstance(x, torch.fx.Node):
                 try:

@@ -10,6 +10,7 @@ import torch
 import torch.fx
 
 from .errors import DialectError, SerializationError, UnsupportedDialectError
+from .fallback import fallback_problem, is_fallback
 from .opset import OPSETS, opset, overload_name
 from .targets import is_allowed_method, target_name
 
@@ -60,6 +61,8 @@ def set_dialect(gm: torch.fx.GraphModule, dialect: str) -> torch.fx.GraphModule:
 
 
 def _node_label(node: torch.fx.Node) -> str:
+    if is_fallback(node) and isinstance(node.target, torch._ops.OpOverload):
+        return f"fallback {overload_name(node.target)} ({fallback_problem(node.target) or 'fallbacks need core/2 or later'})"
     if node.op == "call_method":
         return f"method {node.target}"
     if node.op == "call_module":
@@ -95,7 +98,12 @@ def _offends(node: torch.fx.Node, dialect: str) -> bool:
         return True
     if dialect == "aten":
         return False
-    return isinstance(node.target, torch._ops.OpOverload) and not opset(dialect).in_set(node.target)
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    ops = opset(dialect)
+    if ops.in_set(node.target):
+        return False
+    return not (ops.fallbacks and is_fallback(node) and fallback_problem(node.target) is None)
 
 
 def offending_nodes(gm: torch.fx.GraphModule, dialect: str) -> list[torch.fx.Node]:

@@ -11,6 +11,14 @@ from .opset import CATEGORIES, OPSETS, OpSet
 
 def _render_one(op_set: OpSet) -> list[str]:
     lines = [f"## {op_set.name}", "", f"{len(op_set.entries)} overloads.", ""]
+    if op_set.fallbacks:
+        lines += [
+            "**Fallbacks.** Besides these overloads, a node marked `ptc_fallback` (node metadata, kept in",
+            "graph files) may call any functional aten overload that has a meta kernel; the backend",
+            "runs it unfused, as the eager ATen kernel. `ptc_spec.check` accepts such a node only in",
+            "op sets that allow fallbacks, and only for an overload `ptc_spec.fallback_problem` admits.",
+            "",
+        ]
     for category in CATEGORIES:
         entries = sorted((e for e in op_set.entries.values() if e.category == category), key=lambda e: e.name)
         if not entries:

@@ -16,6 +16,7 @@ import torch
 
 from . import random_ops as _random_ops  # noqa: F401  (registers torch.ops.ptc.*)
 from .core1 import CORE1_TABLE
+from .core2 import CORE2_ADDITIONS
 from .errors import UnsupportedDialectError
 
 CATEGORIES = (
@@ -72,6 +73,8 @@ class OpSet:
     family: str
     version: int
     entries: Mapping[str, OpEntry]
+    fallbacks: bool = False
+    """Whether nodes marked as fallbacks may call aten overloads outside ``entries``."""
     ops: frozenset[torch._ops.OpOverload] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,15 +99,18 @@ class OpSet:
         found = self.entry(target)
         return found.category if found else None
 
-    def extend(self, additions: Iterable[tuple[str, str, str]]) -> OpSet:
-        """Return the next version: this set plus ``(name, category, note)`` additions."""
+    def extend(self, additions: Iterable[tuple[str, str, str]], fallbacks: bool | None = None) -> OpSet:
+        """Return the next version: this set plus ``(name, category, note)`` additions.
+
+        ``fallbacks`` turns fallback nodes on for the new version (default: as this one).
+        """
         version = self.version + 1
         merged = dict(self.entries)
         for name, category, note in additions:
             if name in merged:
                 raise ValueError(f"{name} is already in {self.name}")
             merged[name] = OpEntry(name, category, version, note)
-        return OpSet(self.family, version, merged)
+        return OpSet(self.family, version, merged, self.fallbacks if fallbacks is None else fallbacks)
 
 
 def _build_core1() -> OpSet:
@@ -115,14 +121,15 @@ def _build_core1() -> OpSet:
 
 
 CORE1 = _build_core1()
-OPSETS: Mapping[str, OpSet] = MappingProxyType({CORE1.name: CORE1})
+CORE2 = CORE1.extend(CORE2_ADDITIONS, fallbacks=True)
+OPSETS: Mapping[str, OpSet] = MappingProxyType({CORE1.name: CORE1, CORE2.name: CORE2})
 """Every published op set by name. Published sets are never edited."""
 
-LATEST_CORE = CORE1.name
+LATEST_CORE = CORE2.name
 
 
 def opset(name: str) -> OpSet:
-    """Return the op set called ``name`` (``core/1``)."""
+    """Return the op set called ``name`` (``core/1``, ``core/2``)."""
     try:
         return OPSETS[name]
     except KeyError:
