@@ -150,7 +150,8 @@ def alias_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Nod
     Views alias their source; in-place and out= results alias the argument they wrote.
     """
     found: dict[torch.fx.Node, tuple[torch.fx.Node, tuple[ViewStep, ...]]] = {}
-    items: dict[torch.fx.Node, list[tuple[torch.fx.Node, tuple[ViewStep, ...]]]] = {}
+    # Per multi-output node, each result's (root, chain), or None for a fresh result.
+    items: dict[torch.fx.Node, list[tuple[torch.fx.Node, tuple[ViewStep, ...]] | None]] = {}
     for node in graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             found[node] = (node, ())
@@ -159,7 +160,9 @@ def alias_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Nod
             continue
         target = node.target
         if target is operator.getitem and node.args[0] in items:
-            found[node] = items[node.args[0]][node.args[1]]
+            # A result with no alias of its own owns its storage: it is its own root, never
+            # the op's other results' (sort's values and indices are separate tensors).
+            found[node] = items[node.args[0]][node.args[1]] or (node, ())
             continue
         if not isinstance(target, torch._ops.OpOverload):
             continue
@@ -185,7 +188,7 @@ def alias_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Nod
             else:
                 per_result.append((node, ()))
         if multi:
-            items[node] = [(node, ()) if r[0] is node else r for r in per_result]
+            items[node] = [None if r[0] is node else r for r in per_result]
         elif per_result:
             found[node] = per_result[0]
     return found
