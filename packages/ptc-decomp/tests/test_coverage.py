@@ -18,11 +18,18 @@ def cov() -> coverage.Coverage:
 
 
 def test_every_overload_is_counted_once(cov: coverage.Coverage) -> None:
-    groups = [cov.core, cov.decomposed, cov.mutating, cov.implicit, cov.missing]
+    groups = [cov.core, cov.decomposed, cov.mutating, cov.implicit, cov.fallback, cov.missing]
     names = [n for g in groups for n in g]
     assert len(names) == len(set(names)) == cov.total
     assert "aten.gelu.default" in cov.decomposed and "aten.mm.default" in cov.core
     assert "aten.add_.Tensor" in cov.mutating and "aten.cholesky.default" in cov.missing
+    assert not cov.fallback, "core/1 has no fallbacks"
+
+
+def test_in_core2_ops_with_a_meta_kernel_count_as_fallbacks() -> None:
+    cov = coverage.measure("core/2")
+    assert "aten.cholesky.default" in cov.fallback and "aten.kthvalue.default" in cov.fallback
+    assert "aten._logcumsumexp.default" in cov.missing
 
 
 def test_every_registered_aten_op_is_counted_as_decomposed(cov: coverage.Coverage) -> None:

@@ -11,7 +11,7 @@ import torch
 import ptc_decomp
 from ptc_spec import overload_name
 
-from .eager_check import compare
+from .eager_check import Report, check_strictly, compare
 
 aten = torch.ops.aten
 TABLE = ptc_decomp.table("core/1")
@@ -167,4 +167,7 @@ def test_decomposition_matches_eager_on_hand_written_sample(op: Any, index: int)
     args, kwargs = MANUAL[op][index]()
     expected = REFERENCES.get(op, op)(*args, **kwargs)
     actual = TABLE[op](*args, **kwargs)
-    compare(op, actual, expected)
+    compare(op, actual, expected, args, kwargs)
+    report = Report()
+    check_strictly(op, args, kwargs, expected, report)
+    assert not report.failures, report.failures[0]

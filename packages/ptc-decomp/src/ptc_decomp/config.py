@@ -20,11 +20,15 @@ class Config:
     decomposing (``PTC_CHECK_BOUNDARIES``, default off).
     max_depth: how deeply decompositions may nest before decompose reports a cycle
     (``PTC_DECOMP_MAX_DEPTH``, default 64).
+    strict: raise NoDecompositionError/DecompositionError where an op set with fallbacks
+    (core/2 on) would let the op run unfused as a fallback call (``PTC_DECOMP_STRICT``,
+    default off); op sets without fallbacks always raise.
     """
 
     restride: bool = True
     check_boundaries: bool = False
     max_depth: int = 64
+    strict: bool = False
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -42,4 +46,5 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> Config:
         restride=_flag(env, "PTC_DECOMP_RESTRIDE", True),
         check_boundaries=_flag(env, "PTC_CHECK_BOUNDARIES", False),
         max_depth=int(depth) if depth else 64,
+        strict=_flag(env, "PTC_DECOMP_STRICT", False),
     )

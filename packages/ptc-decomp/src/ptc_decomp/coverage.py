@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ptc_spec import opset, overload_name
+from ptc_spec import LATEST_CORE, fallback_problem, opset, overload_name
 
 from .registry import registered
 
@@ -31,13 +31,14 @@ class Coverage:
     decomposed: tuple[str, ...]
     mutating: tuple[str, ...]
     implicit: tuple[str, ...]
+    fallback: tuple[str, ...]
     missing: tuple[str, ...]
     kinds: tuple[tuple[str, tuple[str, ...]], ...]
 
     @property
     def total(self) -> int:
         """Every aten overload counted."""
-        return len(self.core) + len(self.decomposed) + len(self.mutating) + len(self.implicit) + len(self.missing)
+        return len(self.core) + len(self.decomposed) + len(self.mutating) + len(self.implicit) + len(self.fallback) + len(self.missing)
 
 
 def aten_overloads() -> list[torch._ops.OpOverload]:
@@ -72,7 +73,7 @@ def _is_implicit(op: torch._ops.OpOverload) -> bool:
         return True
 
 
-def measure(target: str = "core/1") -> Coverage:
+def measure(target: str = LATEST_CORE) -> Coverage:
     """Classify every aten overload for ``target``."""
     ops = opset(target)
     rows = registered()
@@ -80,6 +81,7 @@ def measure(target: str = "core/1") -> Coverage:
     decomposed: list[str] = []
     mutating: list[str] = []
     implicit: list[str] = []
+    fallback: list[str] = []
     missing: list[str] = []
     for op in aten_overloads():
         name = overload_name(op)
@@ -91,6 +93,8 @@ def measure(target: str = "core/1") -> Coverage:
             mutating.append(name)
         elif _is_implicit(op):
             implicit.append(name)
+        elif ops.fallbacks and fallback_problem(op) is None:
+            fallback.append(name)
         else:
             missing.append(name)
     by_kind: dict[str, list[str]] = defaultdict(list)
@@ -98,7 +102,7 @@ def measure(target: str = "core/1") -> Coverage:
         if not ops.in_set(op):
             by_kind[row.kind].append(overload_name(op))
     kinds = tuple((kind, tuple(sorted(names))) for kind, names in sorted(by_kind.items()))
-    return Coverage(target, torch.__version__, tuple(core), tuple(decomposed), tuple(mutating), tuple(implicit), tuple(missing), kinds)
+    return Coverage(target, torch.__version__, tuple(core), tuple(decomposed), tuple(mutating), tuple(implicit), tuple(fallback), tuple(missing), kinds)
 
 
 def summary(cov: Coverage) -> str:
@@ -109,6 +113,7 @@ def summary(cov: Coverage) -> str:
         f"  decomposed:      {len(cov.decomposed)}\n"
         f"  in-place/out=:   {len(cov.mutating)} (removed by functionalization before decompose)\n"
         f"  composite:       {len(cov.implicit)} (CompositeImplicit or TorchScript-only; never in traced graphs)\n"
+        f"  fallback:        {len(cov.fallback)} (no decomposition; run unfused as the eager kernel)\n"
         f"  neither:         {len(cov.missing)}\n"
     )
 
@@ -128,6 +133,7 @@ def markdown(cov: Coverage) -> str:
         f"| decomposed by ptc-decomp | {len(cov.decomposed)} |",
         f"| in-place or `out=` (functionalized away before decompose) | {len(cov.mutating)} |",
         f"| CompositeImplicitAutograd or TorchScript-only, not registered (never in traced graphs) | {len(cov.implicit)} |",
+        f"| no decomposition, run unfused as eager fallbacks (op sets with fallbacks only) | {len(cov.fallback)} |",
         f"| neither (decompose raises NoDecompositionError) | {len(cov.missing)} |",
         "",
         "## Decompositions by kind",
@@ -139,7 +145,11 @@ def markdown(cov: Coverage) -> str:
         lines.append(f"| `{kind}` | {len(names)} | {', '.join(f'`{n}`' for n in names)} |")
     lines += [
         "",
-        "## Functional, non-composite overloads with no decomposition",
+        "## Functional, non-composite overloads with no decomposition that run as fallbacks",
+        "",
+        ", ".join(f"`{n}`" for n in cov.fallback),
+        "",
+        "## Functional, non-composite overloads with no decomposition that cannot run as fallbacks",
         "",
         ", ".join(f"`{n}`" for n in cov.missing),
         "",
@@ -150,7 +160,7 @@ def markdown(cov: Coverage) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print the summary and write (or, with --check, verify) the markdown report."""
     parser = argparse.ArgumentParser(prog="python -m ptc_decomp.coverage", description="ptc-decomp coverage of aten overloads")
-    parser.add_argument("--target", default="core/1")
+    parser.add_argument("--target", default=LATEST_CORE)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--check", nargs="?", const=True, default=None, metavar="PATH", help="exit 1 if PATH (default --output) differs from the generated report")
     args = parser.parse_args(argv)

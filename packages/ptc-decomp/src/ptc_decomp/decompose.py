@@ -11,13 +11,29 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptc_spec import META_KEY, OpSet, TensorMeta, check, dialect_of, opset, overload_name, roundtrip, set_dialect
+from ptc_spec import (
+    FALLBACK_KEY,
+    LATEST_CORE,
+    META_KEY,
+    OpSet,
+    TensorMeta,
+    check,
+    dialect_of,
+    fallback_problem,
+    is_fallback,
+    mark_fallback,
+    opset,
+    overload_name,
+    roundtrip,
+    set_dialect,
+)
 from ptc_spec.errors import DialectError
 from ptc_spec.tracer import TracedTensor, Tracer, finish
 
@@ -27,6 +43,7 @@ from .registry import Decomposition
 from .registry import table as default_table
 
 log = logging.getLogger("ptc.decomp.rewrite")
+fallback_log = logging.getLogger("ptc.decomp.fallback")
 aten = torch.ops.aten
 
 SOURCE_KEY = "ptc_decomp_source"
@@ -34,6 +51,9 @@ SOURCE_KEY = "ptc_decomp_source"
 
 KEPT_KEY = "ptc_decomp_kept"
 """``GraphModule.meta`` key listing the ops a caller's table chose to keep undecomposed."""
+
+FALLBACKS_KEY = "ptc_fallbacks"
+"""``GraphModule.meta`` key listing (sorted overload names) the ops left as fallback calls."""
 
 # Their schemas mark running statistics as written, but they only write them in training
 # mode; the decompositions raise InPlaceOpError when the write would really happen.
@@ -51,8 +71,22 @@ class _Mode(TorchDispatchMode):
         return self.rewriter.dispatch(func, tuple(args), dict(kwargs or {}))
 
 
+def _returns_tensors(func: torch._ops.OpOverload) -> bool:
+    return any("Tensor" in str(ret.type) for ret in func._schema.returns)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
 class _Rewriter(Tracer):
-    """A Tracer that records core ops and expands every other op through its decomposition."""
+    """A Tracer that records core ops and expands every other op through its decomposition.
+
+    When the target allows fallbacks (and ``strict`` is off), an op with no decomposition, or
+    whose decomposition fails, is recorded as itself and marked as a fallback call instead.
+    """
 
     def __init__(self, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any], config: Config) -> None:
         super().__init__()
@@ -61,13 +95,24 @@ class _Rewriter(Tracer):
         self.keep = keep
         self.config = config
         self.stack: list[Any] = []
+        self.fallback_reasons: dict[str, str] = {}
+
+    def may_fall_back(self, func: Any) -> bool:
+        """Whether ``func`` may be recorded as a fallback call instead of failing."""
+        return self.ops.fallbacks and not self.config.strict and fallback_problem(func) is None
 
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Record ``func`` if it is in the target set, else trace its decomposition."""
+        """Record ``func`` if it is in the target set, else trace its decomposition (or fall back)."""
         if not isinstance(func, torch._ops.OpOverload) or self.ops.in_set(func) or func in self.keep:
+            return super().dispatch(func, args, kwargs)
+        if not _returns_tensors(func):
+            # Ops over dtypes and sizes (promote_types, result_type...) that decompositions
+            # call to follow eager's promotion: the tracer computes them now, no node is made.
             return super().dispatch(func, args, kwargs)
         fn = self.decompositions.get(func)
         if fn is None:
+            if self.may_fall_back(func):
+                return self.fallback(func, args, kwargs, "no decomposition")
             chain = " -> ".join(overload_name(f) for f in self.stack)
             raise DecompositionError(
                 f"the decomposition of {chain} emitted {overload_name(func)}, which is not in {self.ops.name}"
@@ -76,27 +121,73 @@ class _Rewriter(Tracer):
         if len(self.stack) >= self.config.max_depth:
             chain = " -> ".join(overload_name(f) for f in self.stack[-6:])
             raise DecompositionError(f"decompositions nest deeper than {self.config.max_depth} levels ({chain}); one of them calls itself")
+        start = self.last_node()
         self.stack.append(func)
         try:
             with _Mode(self):
                 return fn(*args, **kwargs)
+        except InPlaceOpError:
+            raise
+        except Exception as exc:
+            if not self.may_fall_back(func):
+                raise
+            self.erase_after(start)
+            return self.fallback(func, args, kwargs, f"its decomposition failed: {_first_line(exc)}")
         finally:
             self.stack.pop()
+
+    def fallback(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> Any:
+        """Record ``func`` itself as a marked fallback call and return its traced results."""
+        start = self.last_node()
+        result = Tracer.dispatch(self, func, args, kwargs)
+        for node in self.nodes_after(start):
+            if node.op == "call_function" and node.target is func:
+                mark_fallback(node)
+        self.fallback_reasons.setdefault(overload_name(func), reason)
+        return result
+
+    def last_node(self) -> torch.fx.Node | None:
+        """The graph's last node so far (None while it is empty)."""
+        return next(iter(reversed(self.graph.nodes)), None)  # torch 2.11: reversed() gives a list view, not an iterator
+
+    def nodes_after(self, start: torch.fx.Node | None) -> list[torch.fx.Node]:
+        """The nodes recorded after ``start`` (all of them when ``start`` is None)."""
+        found: list[torch.fx.Node] = []
+        current = start.next if start is not None else next(iter(self.graph.nodes), None)
+        while current is not None and current.op != "root":
+            found.append(current)
+            current = current.next
+        return found
+
+    def erase_after(self, start: torch.fx.Node | None) -> None:
+        """Drop what a failed decomposition recorded after ``start``.
+
+        Constants stay: the tracer caches their get_attr nodes for later uses.
+        """
+        for node in reversed(self.nodes_after(start)):
+            if node.op != "get_attr":
+                self.graph.erase_node(node)
 
 
 def decompose(
     gm: torch.fx.GraphModule,
-    target: str = "core/1",
+    target: str = LATEST_CORE,
     table: Mapping[Any, Decomposition] | None = None,
     *,
+    strict: bool | None = None,
     config: Config | None = None,
 ) -> torch.fx.GraphModule:
     """Return a new GraphModule computing ``gm`` with only ops of ``target`` (plus ops a custom ``table`` leaves out).
 
     ``table`` defaults to ``ptc_decomp.table(target)``; an op its default table decomposes but a
     caller's table omits is kept as it is, and the result is then recorded as an aten graph.
+    When ``target`` allows fallbacks, ops that have no decomposition or whose decomposition
+    fails become marked fallback calls (listed in ``meta[FALLBACKS_KEY]``) unless ``strict``
+    (default: ``config.strict``) asks for the errors instead.
     """
     config = config or config_from_env()
+    if strict is not None and strict != config.strict:
+        config = replace(config, strict=strict)
     ops = opset(target)
     _require_aten(gm)
     if config.check_boundaries:
@@ -104,12 +195,13 @@ def decompose(
     full = default_table(target)
     decompositions = full if table is None else dict(table)
     keep = frozenset(op for op in full if op not in decompositions)
-    _reject(gm, ops, decompositions, keep)
     rewriter = _Rewriter(ops, decompositions, keep, config)
+    _reject(gm, rewriter)
     with torch.no_grad():
         result = _replay(gm, rewriter)
     out = finish(rewriter, result, "aten")
-    out.meta.update({k: v for k, v in gm.meta.items() if k not in ("ptc_dialect", KEPT_KEY)})
+    out.meta.update({k: v for k, v in gm.meta.items() if k not in ("ptc_dialect", KEPT_KEY, FALLBACKS_KEY)})
+    _record_fallbacks(out, rewriter)
     kept = sorted({overload_name(n.target) for n in out.graph.nodes if n.op == "call_function" and n.target in keep})
     if kept:
         out.meta[KEPT_KEY] = kept
@@ -119,6 +211,17 @@ def decompose(
     check(out, target)
     log.debug("decomposed %d nodes into %d", len(gm.graph.nodes), len(out.graph.nodes))
     return out
+
+
+def _record_fallbacks(out: torch.fx.GraphModule, rewriter: _Rewriter) -> None:
+    # Read from the final graph: a fallback made inside a decomposition that later failed
+    # as a whole was erased with it.
+    names = sorted({overload_name(n.target) for n in out.graph.nodes if n.op == "call_function" and is_fallback(n)})
+    if not names:
+        return
+    out.meta[FALLBACKS_KEY] = names
+    reasons = ", ".join(f"{name} ({rewriter.fallback_reasons.get(name, 'marked in the input')})" for name in names)
+    fallback_log.info("%d op(s) run unfused as eager fallbacks in %s: %s", len(names), rewriter.ops.name, reasons)
 
 
 def _require_aten(gm: torch.fx.GraphModule) -> None:
@@ -143,7 +246,8 @@ def _summary(labels: Iterable[str]) -> str:
     return ", ".join(f"{label} (x{n})" if n > 1 else label for label, n in sorted(Counter(labels).items()))
 
 
-def _reject(gm: torch.fx.GraphModule, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any]) -> None:
+def _reject(gm: torch.fx.GraphModule, rewriter: _Rewriter) -> None:
+    ops = rewriter.ops
     mutating: list[str] = []
     missing: list[str] = []
     for node in gm.graph.nodes:
@@ -152,12 +256,23 @@ def _reject(gm: torch.fx.GraphModule, ops: OpSet, decompositions: Mapping[Any, D
         name = overload_name(node.target)
         if node.target._schema.is_mutable and node.target not in _CONDITIONALLY_MUTABLE:
             mutating.append(f"{name} at node {node.name}")
-        elif not ops.in_set(node.target) and node.target not in decompositions and node.target not in keep:
+        elif ops.in_set(node.target) or node.target in rewriter.decompositions or node.target in rewriter.keep:
+            continue
+        elif rewriter.may_fall_back(node.target):
+            continue
+        elif ops.fallbacks and not rewriter.config.strict:
+            missing.append(f"{name} ({fallback_problem(node.target)})")
+        else:
             missing.append(name)
     if mutating:
         raise InPlaceOpError(
             f"decompose takes functional graphs, but {len(mutating)} node(s) mutate a tensor: "
             f"{', '.join(mutating)}; functionalize the graph first (ptc_aot does)"
+        )
+    if missing and ops.fallbacks and not rewriter.config.strict:
+        raise NoDecompositionError(
+            f"{len(missing)} node(s) use ops that are not in {ops.name}, have no decomposition and cannot run as fallbacks: "
+            f"{_summary(missing)}; register a decomposition with @ptc_decomp.register_decomposition"
         )
     if missing:
         raise NoDecompositionError(
@@ -195,7 +310,7 @@ def _replay_call(node: torch.fx.Node, env: dict[torch.fx.Node, Any], rewriter: _
     if not isinstance(node.target, torch._ops.OpOverload):
         # operator.getitem on multi-output ops and arithmetic on (concrete) sizes.
         return node.target(*args, **kwargs)  # type: ignore[operator]
-    last = next(iter(reversed(rewriter.graph.nodes)), None)  # torch 2.11: reversed() gives a list view, not an iterator
+    last = rewriter.last_node()
     decomposed = not rewriter.ops.in_set(node.target) and node.target not in rewriter.keep
     try:
         result = rewriter.dispatch(node.target, tuple(args), dict(kwargs))
@@ -204,9 +319,22 @@ def _replay_call(node: torch.fx.Node, env: dict[torch.fx.Node, Any], rewriter: _
     except Exception as exc:
         raise DecompositionError(f"decomposing node {node.name} ({overload_name(node.target)}) failed: {exc}") from exc
     if decomposed:
-        result = _match_metadata(node, result, rewriter)
+        try:
+            result = _match_metadata(node, result, rewriter)
+        except DecompositionError as exc:
+            if not rewriter.may_fall_back(node.target) or _fell_back(rewriter, last, node.target):
+                raise
+            # A decomposition whose result disagrees with the op's metadata is wrong for this
+            # form; the op itself is right by definition, so run it unfused.
+            rewriter.erase_after(last)
+            result = rewriter.fallback(node.target, tuple(args), dict(kwargs), f"its decomposition is wrong here: {_first_line(exc)}")
+            result = _match_metadata(node, result, rewriter)
     _annotate(node, last, rewriter.graph, decomposed)
     return result
+
+
+def _fell_back(rewriter: _Rewriter, last: torch.fx.Node | None, target: Any) -> bool:
+    return any(n.target is target and is_fallback(n) for n in rewriter.nodes_after(last))
 
 
 def _match_metadata(node: torch.fx.Node, result: Any, rewriter: _Rewriter) -> Any:
@@ -271,12 +399,13 @@ def _restride(value: TracedTensor, expected: TensorMeta, rewriter: _Rewriter) ->
 
 def _annotate(node: torch.fx.Node, last: torch.fx.Node | None, graph: torch.fx.Graph, decomposed: bool) -> None:
     """Copy the source node's metadata (stack trace, module path...) onto every node made for it."""
-    inherited = {k: v for k, v in node.meta.items() if k != META_KEY}
+    # The fallback mark belongs to the node that calls the op, never to what it became.
+    inherited = {k: v for k, v in node.meta.items() if k not in (META_KEY, FALLBACK_KEY)}
     current = last.next if last is not None else next(iter(graph.nodes), None)
     while current is not None and current.op != "root":
         for key, value in inherited.items():
             current.meta.setdefault(key, value)
-        if decomposed:
+        if decomposed and not (current.target is node.target and is_fallback(current)):
             current.meta.setdefault(SOURCE_KEY, overload_name(node.target))
         current = current.next
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ptc_spec import opset, overload_name
+from ptc_spec import LATEST_CORE, opset, overload_name
 
 Decomposition = Callable[..., Any]
 """A Python function over aten ops with the signature of the overload it replaces."""
@@ -63,7 +63,7 @@ def registered() -> Mapping[torch._ops.OpOverload, Registered]:
     return MappingProxyType(_REGISTRY)
 
 
-def table(target: str = "core/1") -> dict[torch._ops.OpOverload, Decomposition]:
+def table(target: str = LATEST_CORE) -> dict[torch._ops.OpOverload, Decomposition]:
     """Return op -> decomposition for every registered op outside ``target``; callers may subset it."""
     _load()
     ops = opset(target)

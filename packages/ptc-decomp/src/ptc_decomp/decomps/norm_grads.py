@@ -81,6 +81,10 @@ def native_group_norm_backward(
     rstd_c = reshape(aten.expand.default(aten.view.default(upcast(rstd), [N, group, 1]), [N, group, C // group]), [N, C, 1])
     x_hat = aten.mul.Tensor(aten.sub.Tensor(x, mean_c), rstd_c)
     grad_input = grad_weight = grad_bias = None
+    # The meta kernel (so every traced graph) gives all three gradients in the promotion of
+    # the input's and weight's dtypes; eager's CPU kernel rounds grad_input to the input's
+    # dtype, so it is rounded there first and only then widened to the recorded dtype.
+    dtype = input.dtype if weight is None else torch.promote_types(input.dtype, weight.dtype)
     if output_mask[0]:
         g_scaled = aten.mul.Tensor(g, aten.view.default(upcast(weight), [1, C, 1])) if weight is not None else g
         grouped = _input_grad(
@@ -90,11 +94,11 @@ def native_group_norm_backward(
             [2],
             per_group,
         )
-        grad_input = cast(reshape(grouped, list(input.shape)), input.dtype)
+        grad_input = cast(cast(reshape(grouped, list(input.shape)), input.dtype), dtype)
     if output_mask[1]:
-        grad_weight = cast(aten.sum.dim_IntList(aten.mul.Tensor(g, x_hat), [0, 2], False), weight.dtype if weight is not None else input.dtype)
+        grad_weight = cast(aten.sum.dim_IntList(aten.mul.Tensor(g, x_hat), [0, 2], False), dtype)
     if output_mask[2]:
-        grad_bias = cast(aten.sum.dim_IntList(g, [0, 2], False), weight.dtype if weight is not None else input.dtype)
+        grad_bias = cast(aten.sum.dim_IntList(g, [0, 2], False), dtype)
     return grad_input, grad_weight, grad_bias
 
 

@@ -8,7 +8,7 @@ import torch
 
 from ..dims import reduction_dims, reshape
 from ..errors import InPlaceOpError
-from ..promotion import cast, upcast
+from ..promotion import cast, opmath, upcast
 from ..registry import register_decomposition
 
 aten = torch.ops.aten
@@ -67,6 +67,13 @@ def _channel_shape(x: torch.Tensor) -> list[int]:
     return [1, x.shape[1]] + [1] * (x.dim() - 2)
 
 
+def _running_dtype(input: torch.Tensor, running: torch.Tensor) -> torch.dtype:
+    # The meta kernel (so every traced graph) returns the updated running statistics in
+    # the promotion of their dtype with the statistics' (float32 for reduced inputs); eager
+    # kernels keep the running dtype. Values are rounded to it first, so both agree.
+    return torch.promote_types(running.dtype, opmath(input.dtype))
+
+
 def _batch_norm(
     input: torch.Tensor,
     weight: torch.Tensor | None,
@@ -77,8 +84,12 @@ def _batch_norm(
     momentum: float,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(out, save_mean, save_rstd, new_running_mean, new_running_var) as eager's functional batch norm."""
-    stats_dtype = running_mean.dtype if running_mean is not None else input.dtype
+    """(out, save_mean, save_rstd, new_running_mean, new_running_var) as eager's functional batch norm.
+
+    Saved statistics are in the input's opmath dtype (float32 for float16/bfloat16 inputs,
+    whatever the running statistics' dtype), as CUDA kernels and the meta kernel save them.
+    """
+    compute = opmath(input.dtype)
     shape = _channel_shape(input)
     x = upcast(input)
     if training:
@@ -91,18 +102,19 @@ def _batch_norm(
         if running_mean is not None and running_var is not None:
             n = input.numel() // input.shape[1]
             unbiased = aten.mul.Tensor(aten.squeeze.dims(var, dims), n / max(n - 1, 1))
-            new_mean = cast(aten.add.Tensor(aten.mul.Tensor(upcast(running_mean), 1 - momentum), aten.mul.Tensor(save_mean, momentum)), running_mean.dtype)
-            new_var = cast(aten.add.Tensor(aten.mul.Tensor(upcast(running_var), 1 - momentum), aten.mul.Tensor(unbiased, momentum)), running_var.dtype)
-        save_mean, save_rstd = cast(save_mean, stats_dtype), cast(save_rstd, stats_dtype)
+            new_mean = aten.add.Tensor(aten.mul.Tensor(cast(running_mean, compute), 1 - momentum), aten.mul.Tensor(save_mean, momentum))
+            new_var = aten.add.Tensor(aten.mul.Tensor(cast(running_var, compute), 1 - momentum), aten.mul.Tensor(unbiased, momentum))
+            new_mean = cast(cast(new_mean, running_mean.dtype), _running_dtype(input, running_mean))
+            new_var = cast(cast(new_var, running_var.dtype), _running_dtype(input, running_var))
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError("batch norm in eval mode needs running_mean and running_var")
-        rstd = aten.rsqrt.default(aten.add.Tensor(upcast(running_var), eps))
-        out = aten.mul.Tensor(aten.sub.Tensor(x, aten.view.default(upcast(running_mean), shape)), aten.view.default(rstd, shape))
+        rstd = aten.rsqrt.default(aten.add.Tensor(cast(running_var, compute), eps))
+        out = aten.mul.Tensor(aten.sub.Tensor(x, aten.view.default(cast(running_mean, compute), shape)), aten.view.default(rstd, shape))
         # Nothing reads the saved statistics in eval mode. Eager's CPU kernel returns empty
-        # tensors, but the meta kernel (hence every traced graph's metadata) says (C,), so
-        # match the graph and save the statistics actually used.
-        save_mean, save_rstd = cast(upcast(running_mean), stats_dtype), cast(rstd, stats_dtype)
+        # tensors, but the meta kernel (hence every traced graph's metadata) and CUDA say (C,),
+        # so match the graph and save the statistics actually used.
+        save_mean, save_rstd = cast(running_mean, compute), rstd
         new_mean, new_var = running_mean, running_var
     out = _affine(out, weight, bias, shape)
     return cast(out, input.dtype), save_mean, save_rstd, new_mean, new_var
@@ -144,8 +156,13 @@ def native_batch_norm_functional(
     out, save_mean, save_rstd, new_mean, new_var = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     if new_mean is None or new_var is None or not training:
         # Eval mode hands the running statistics back unchanged, as fresh tensors.
-        new_mean, new_var = aten.clone.default(running_mean), aten.clone.default(running_var)
+        new_mean = _fresh(running_mean, _running_dtype(input, running_mean))
+        new_var = _fresh(running_var, _running_dtype(input, running_var))
     return out, save_mean, save_rstd, new_mean, new_var
+
+
+def _fresh(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return aten.clone.default(x) if x.dtype == dtype else cast(x, dtype)
 
 
 @register_decomposition(aten._native_batch_norm_legit_no_training.default)
@@ -207,9 +224,10 @@ def cudnn_batch_norm(  # parameter names follow the op's schema
         )
     out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon)
     if not training:
-        # cuDNN saves statistics for a backward only in training; in eval they come back empty.
-        save_mean = aten.empty.memory_format([0], dtype=save_mean.dtype, device=input.device)
-        save_rstd = aten.empty.memory_format([0], dtype=save_rstd.dtype, device=input.device)
+        # cuDNN saves statistics for a backward only in training; in eval they come back
+        # empty, in the weight's dtype (its meta kernel, and cuDNN, allocate them so).
+        save_mean = aten.empty.memory_format([0], dtype=weight.dtype, device=input.device)
+        save_rstd = aten.empty.memory_format([0], dtype=weight.dtype, device=input.device)
     return out, save_mean, save_rstd, aten.empty.memory_format([0], dtype=torch.uint8, device=input.device)
 
 

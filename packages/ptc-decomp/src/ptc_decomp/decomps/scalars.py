@@ -34,9 +34,13 @@ _TAKES_NUMBERS = frozenset({aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, a
 
 
 def _forward(scalar_op: Any, tensor_op: Any) -> None:
+    # add.Scalar/sub.Scalar take alpha positionally, add.Tensor/sub.Tensor only by keyword,
+    # so the trailing arguments are passed on by name.
+    names = [arg.name for arg in scalar_op._schema.arguments[2:]]
+
     def decomposition(self: torch.Tensor, other: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         operand = other if tensor_op in _TAKES_NUMBERS else as_operand(other, self)
-        return tensor_op(self, operand, *args, **kwargs)
+        return tensor_op(self, operand, **dict(zip(names, args)), **kwargs)
 
     decomposition.__name__ = f"{scalar_op.__name__.replace('.', '_')}_as_tensor"
     decomposition.__qualname__ = decomposition.__name__
