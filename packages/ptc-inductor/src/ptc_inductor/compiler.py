@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,11 +18,11 @@ from .config import Config, config_from_env
 from .lowering import lower_graph
 from .lowering.graph import LoweredGraph
 from .memory import MemoryPlan, plan_memory
-from .scheduler import Schedule, schedule
+from .scheduler import Kernel, Schedule, schedule
 
 log = logging.getLogger("ptc.inductor.compile")
 
-ACCEPTED_DIALECTS = ("core/1",)
+ACCEPTED_DIALECTS = ("core/1", "core/2")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class CompiledGraph:
     schedule: Schedule
     memory_plan: MemoryPlan
     library_path: str | None
+    fallbacks: tuple[str, ...] = ()
+    """Ops run as their eager ATen kernel (fallback nodes), by qualified name, in graph order."""
 
     def __call__(self, *args: Any) -> Any:
         """Run the compiled graph on ``args`` (the graph's placeholders, in order)."""
@@ -54,7 +57,7 @@ def _check_dialect(gm: torch.fx.GraphModule) -> None:
 
 
 def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir: str | None = None) -> CompiledGraph:
-    """Compile a core/1 GraphModule into a callable running generated kernels (C++ on CPU, Triton on CUDA)."""
+    """Compile a core/1 or core/2 GraphModule into a callable running generated kernels (C++ on CPU, Triton on CUDA)."""
     cfg = config if config is not None else config_from_env()
     if debug_dir is not None:
         cfg = cfg.replace(debug_dir=debug_dir)
@@ -68,7 +71,10 @@ def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)  # 2. schedule and fuse into kernels
     cpp_kernels = {k.name for k in sched.kernels if not uses_triton(k, cfg)}
     plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
-    built = backend(sched, plan, lowered.buffers, cfg)  # 4. generate, build and load the kernels
+    # 4. generate, build and load the kernels; one that writes no element is never launched (on a
+    # GPU a kernel over a zero-size output would still run one program and write out of bounds)
+    launched = dataclasses.replace(sched, steps=tuple(s for s in sched.steps if not (isinstance(s, Kernel) and s.is_empty)))
+    built = backend(launched, plan, lowered.buffers, cfg)
     source, path = built.source, built.artifact
     # 5. the Python wrapper that allocates buffers and runs kernels and extern calls in order
     wrapper = generate_wrapper(lowered, sched, plan, built.calls, cfg)
@@ -79,7 +85,7 @@ def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_
     if cfg.debug_dir:
         _write_debug(cfg.debug_dir, lowered, sched, plan, source, wrapper.source)
     log.debug("compiled %d nodes into %d kernels", len(lowered.nodes), len(built.calls))
-    return CompiledGraph(namespace["call"], source, wrapper.source, sched, plan, path)
+    return CompiledGraph(namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks)
 
 
 def compile_source(text: str) -> Any:

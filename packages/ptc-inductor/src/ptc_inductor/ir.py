@@ -120,7 +120,12 @@ class BufferArg:
 
 @dataclass(frozen=True, slots=True)
 class ExternNode:
-    """A library call through ``torch.ops``; ``args`` hold BufferArg where tensors go."""
+    """A library call through ``torch.ops``; ``args`` hold BufferArg where tensors go.
+
+    A ``fallback`` runs an op outside the op set as its eager kernel. ``aliases`` pairs each
+    output that is a view of an input (schema alias info) with the buffer it views: that
+    buffer's storage must outlive the output, and the output's storage is never reused.
+    """
 
     name: str
     op: Any
@@ -129,6 +134,8 @@ class ExternNode:
     outputs: tuple[Buffer | None, ...]
     multi: bool
     origins: tuple[str, ...] = ()
+    fallback: bool = False
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def reads(self) -> tuple[str, ...]:

@@ -63,6 +63,26 @@ def kernel_local_buffers(sched: Schedule, outputs: set[str], kernels: Collection
     return frozenset(found)
 
 
+def _extend_aliased(sched: Schedule, last_use: dict[str, int], outputs: set[str]) -> tuple[set[str], set[str]]:
+    """Make every buffer an extern output views live as long as that view; return the buffers that
+    must never be freed (viewed by a graph output) and the views themselves (never reused).
+
+    Latest step first, so a view of a view passes its last use down the chain.
+    """
+    kept = set(outputs)
+    views: set[str] = set()
+    for i in range(len(sched.steps) - 1, -1, -1):
+        step = sched.steps[i]
+        if not isinstance(step, ExternNode):
+            continue
+        for view, base in step.aliases:
+            views.add(view)
+            last_use[base] = max(last_use.get(base, i), last_use.get(view, i))
+            if view in kept:
+                kept.add(base)
+    return kept, views
+
+
 def plan_memory(
     sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool, local_kernels: Collection[str] | None = None
 ) -> MemoryPlan:
@@ -83,6 +103,9 @@ def plan_memory(
             for ob in step.outputs:
                 if ob is not None:
                     defined[ob.name] = i
+    # A view returned by a fallback reads its input's storage: that storage stays allocated and
+    # out of the reuse pool while the view lives, and the view's own storage is never reused.
+    kept, views = _extend_aliased(sched, last_use, outputs)
     storage: dict[str, str] = {}
     allocate: dict[int, list[str]] = defaultdict(list)
     frees: dict[int, list[str]] = defaultdict(list)
@@ -97,8 +120,8 @@ def plan_memory(
         for buf in made:
             if isinstance(step, ExternNode):
                 storage[buf.name] = buf.name
-                storage_bytes[buf.name] = buf.layout.nbytes
-                live += buf.layout.nbytes
+                storage_bytes[buf.name] = 0 if buf.name in views else buf.layout.nbytes
+                live += storage_bytes[buf.name]
                 continue
             candidates = pool.get(_key(buf)) if reuse and buf.name not in outputs else None
             if candidates:
@@ -114,16 +137,16 @@ def plan_memory(
                 live += buf.layout.nbytes
         peak = max(peak, live)
         for buf in made:
-            if buf.name not in outputs and buf.name not in last_use:
+            if buf.name not in kept and buf.name not in last_use:
                 last_use[buf.name] = i
         for name, last in last_use.items():
-            if last != i or name in outputs or name not in storage or name not in defined or name in local:
+            if last != i or name in kept or name not in storage or name not in defined or name in local:
                 continue
             s = storage[name]
             live -= storage_bytes[s]
             buf = buffers[name]
             free_events.append((i, s))
-            if is_dense(buf.layout.size, buf.layout.stride) and buf.layout.offset == 0:
+            if name not in views and is_dense(buf.layout.size, buf.layout.stride) and buf.layout.offset == 0:
                 pool[_key(buf)].append(s)
     # A storage that goes back to the pool and is never taken again is deleted right away.
     taken_after: dict[str, int] = {}

@@ -46,6 +46,14 @@ class Kernel:
         return self.nodes[: len(self.nodes) - self.partials]
 
     @property
+    def is_empty(self) -> bool:
+        """True when no node writes any element (a zero-size output): the kernel is never launched.
+
+        Read from the loop sizes, so it stays right when sizes become symbolic (then it turns into
+        a run-time check). A reduction over an empty range still writes its identity values."""
+        return all(_numel(n.ranges) == 0 for n in self.nodes)
+
+    @property
     def partial_nodes(self) -> tuple[ComputedNode, ...]:
         """The split column reductions riding along, each over (chunks, *columns) x (rows of a chunk,)."""
         return self.nodes[len(self.nodes) - self.partials :]

@@ -65,7 +65,8 @@ def compile_triton_graph(gm: torch.fx.GraphModule, config: Config | None = None,
     cfg = config if config is not None else config_from_env()
     lowered = lower_graph(gm, cfg)
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)
-    kernels = tuple(generate_triton_kernel(k, lowered.buffers, sched.accesses, cfg) for k in sched.kernels)
+    # A kernel that writes no element is never generated nor launched (see Kernel.is_empty).
+    kernels = tuple(generate_triton_kernel(k, lowered.buffers, sched.accesses, cfg) for k in sched.kernels if not k.is_empty)
     launchers = load_launchers(kernels, triton_options(cfg), device, cfg)
     by_name = {k.name: k for k in kernels}
     log.debug("compiled %d nodes into %d Triton kernels", len(lowered.nodes), len(kernels))
@@ -91,6 +92,8 @@ def compile_triton_graph(gm: torch.fx.GraphModule, config: Config | None = None,
                         lay = buf.layout
                         if buf.name not in env:
                             env[buf.name] = torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype, device=lay.device)
+                if step.is_empty:
+                    continue
                 k = by_name[step.name]
                 launchers[k.name](*[env[p] for p in k.params])
                 continue

@@ -251,6 +251,10 @@ class TritonLauncher:
         self._variants = {}
 
     def __call__(self, *args: torch.Tensor) -> None:
+        if self.kernel.xnumel == 0:
+            # The wrapper never calls a kernel over no points; a direct caller must not launch
+            # its one program either (it would write out of bounds).
+            return
         if self.config is None:
             self._choose(args)
         if self._interpret or not args or not args[0].is_cuda:

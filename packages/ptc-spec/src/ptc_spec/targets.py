@@ -34,6 +34,12 @@ _OPERATOR_NAMES = (
 # torch functions that touch the file system or serialization are never callable from a graph.
 _TORCH_DENIED = {"from_file", "load", "save"}
 
+# The public calls that switch the thread's autocast state; they take strings, dtypes and bools.
+_AUTOCAST_SWITCHES = [
+    "set_autocast_enabled", "set_autocast_dtype", "set_autocast_cache_enabled", "autocast_increment_nesting",
+    "autocast_decrement_nesting", "clear_autocast_cache",
+]  # fmt: skip
+
 # Tensor methods that expose Python internals or storage management.
 _METHOD_DENIED = {"new", "storage", "untyped_storage", "share_memory_", "pin_memory", "tolist", "numpy"}
 _METHOD_DUNDERS = {
@@ -90,6 +96,8 @@ def _build() -> _Table:
     table.add_module("torch.Tensor", torch.Tensor, tensor_method_names())
     # Captured graphs switch grad mode around no_grad/enable_grad blocks with this call.
     table.add("torch._C._set_grad_enabled", torch._C._set_grad_enabled)
+    # ... and switch autocast around torch.autocast regions with these (eager's __enter__/__exit__ calls).
+    table.add_module("torch", torch, _AUTOCAST_SWITCHES)
     return table
 
 

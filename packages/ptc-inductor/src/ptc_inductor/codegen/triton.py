@@ -340,7 +340,9 @@ class _KernelWriter:
             self.style = "rowloop"
         elif flat:
             self.style = "flat"
-        elif self.rnumel and heur.next_pow2(self.rnumel) <= heur.persistent_limit(self._widest_itemsize(), strided):
+        elif (self.rnumel or any(self.inners)) and heur.next_pow2(self.rnumel) <= heur.persistent_limit(self._widest_itemsize(), strided):
+            # An inner range of no points (a sum over an empty dim) is a one-lane masked tile:
+            # a looped kernel would give every outer point its own program.
             self.style = "persistent"
         else:
             self.style = "looped"

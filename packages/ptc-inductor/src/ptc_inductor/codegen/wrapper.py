@@ -11,6 +11,7 @@ import torch
 
 from ..config import Config
 from ..ir import BufferArg, ExternNode, Layout
+from ..lowering.fallback import op_name
 from ..lowering.graph import LoweredGraph
 from ..memory import MemoryPlan
 from ..recycle import RECYCLE_MIN_BYTES, OutputRecycler
@@ -77,7 +78,9 @@ def generate_wrapper(
     lines: list[str] = []
     params = [n if n else f"_scalar{i}" for i, n in enumerate(graph.inputs)]
     var_layout: dict[str, Layout] = {}
-    input_vars: set[str] = set()
+    # Tensors that may start past their storage's beginning (inputs, views a fallback returned):
+    # a view of one is placed relative to its own storage offset.
+    input_vars: set[str] = {view for step in sched.steps if isinstance(step, ExternNode) for view, _ in step.aliases}
     for name in graph.inputs:
         if name:
             lay = graph.buffers[name].layout
@@ -133,7 +136,9 @@ def generate_wrapper(
                 f"{buf_name} = _empty({names.literal(lay.size)}, {names.literal(lay.stride)}, "
                 f"dtype={names.const(lay.dtype, 'dt')}, device={names.const(lay.device, 'dev')})"
             )
-        if isinstance(step, Kernel):
+        if isinstance(step, Kernel) and step.is_empty:
+            lines.append(f"# {step.name} is not launched: it writes no element (zero-size output)")
+        elif isinstance(step, Kernel):
             kc = calls[step.name]
             names.namespace[kc.name] = kc.fn
             origins = ", ".join(dict.fromkeys(o for n in step.nodes for o in n.origins))
@@ -161,7 +166,8 @@ def generate_wrapper(
 def _extern_lines(step: ExternNode, names: _Namer, render: Any, var_layout: dict[str, Layout], check: bool) -> list[str]:
     op = names.const(step.op, "op")
     args = ", ".join([render(a) for a in step.args] + [f"{k}={render(v)}" for k, v in step.kwargs])
-    lines = [f"{step.name} = {op}({args})  # {', '.join(step.origins)}"]
+    lines = [f"# fallback {op_name(step.op)}: the eager kernel, unfused"] if step.fallback else []
+    lines.append(f"{step.name} = {op}({args})  # {', '.join(step.origins)}")
     outs = step.outputs if step.multi else step.outputs[:1]
     for j, buf in enumerate(outs):
         if buf is None:

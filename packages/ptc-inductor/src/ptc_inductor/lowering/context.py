@@ -450,21 +450,45 @@ class LoweringContext:
         self._insert(ComputedNode(name, "reduction", (buf,), ranges, rranges, wrapped, origins, reduction_type))
         return self.value_of_buffer(buf)
 
-    def add_extern(self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], metas: Any) -> Any:
-        """Add a library call; returns a TensorValue (or a tuple of them) per ``metas``."""
+    def add_extern(
+        self,
+        op: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        metas: Any,
+        fallback: bool = False,
+        alias_strides: dict[int, tuple[tuple[int, ...], tuple[str, ...]]] | None = None,
+    ) -> Any:
+        """Add a library call; returns a TensorValue (or a tuple of them) per ``metas``.
+
+        Non-tensor results (ints, None) are not buffers: their value is the metadata's, as sizes
+        are static. ``alias_strides`` maps an output that views inputs to its strides (as it
+        views our buffers) and the buffers it views."""
         multi = isinstance(metas, (tuple, list))
         meta_list = list(metas) if multi else [metas]
         outs: list[Buffer | None] = []
+        aliases: list[tuple[str, str]] = []
         name = self.new_name()
         for i, m in enumerate(meta_list):
             if m is None or not hasattr(m, "shape"):
                 outs.append(None)
                 continue
-            layout = Layout(m.dtype, m.device, tuple(int(s) for s in m.shape), tuple(int(s) for s in m.stride), 0, False)
-            outs.append(self.add_buffer(f"{name}_{i}" if multi else name, layout, "extern"))
-        self._insert(ExternNode(name, op, args, tuple(sorted(kwargs.items())), tuple(outs), multi, (self.origin,)))
-        values = [self.value_of_buffer(b) if b is not None else None for b in outs]
-        return tuple(values) if multi else values[0]
+            size = tuple(int(s) for s in m.shape)
+            stride = tuple(int(s) for s in m.stride)
+            viewed: tuple[str, ...] = ()
+            if alias_strides is not None and i in alias_strides:
+                stride, viewed = alias_strides[i]
+            layout = Layout(m.dtype, m.device, size, stride, 0, False)
+            buf = self.add_buffer(f"{name}_{i}" if multi else name, layout, "extern")
+            outs.append(buf)
+            aliases.extend((buf.name, base) for base in viewed)
+        node = ExternNode(name, op, args, tuple(sorted(kwargs.items())), tuple(outs), multi, (self.origin,), fallback, tuple(aliases))
+        self._insert(node)
+        values = [self.value_of_buffer(b) if b is not None else (m if not hasattr(m, "shape") else None) for b, m in zip(outs, meta_list)]
+        if not multi:
+            return values[0]
+        # A Tensor[] result (split_with_sizes) stays a list, a tuple result a tuple.
+        return list(values) if isinstance(metas, list) else tuple(values)
 
     def as_arg(self, value: TensorValue) -> BufferArg:
         """A BufferArg for an extern call, realizing lazy values."""

@@ -1,4 +1,7 @@
-"""Ops lowered to library calls through ``torch.ops``: matmul, convolution, attention, scans, scatters."""
+"""Ops lowered to library calls through ``torch.ops``: matmul, convolution, attention, scans, scatters.
+
+Fallback nodes (any aten op, run as its eager kernel) are lowered the same way, in ``fallback.py``.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +49,17 @@ EXTERN = (
     aten._scaled_dot_product_efficient_attention_backward.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    # core/2: the cuDNN, out-of-tree and variable-length attention kernels. Every result is a
+    # buffer (logsumexp, RNG seed/offset, debug mask, even when 0-size); None and SymInt
+    # results are not.
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._scaled_dot_product_fused_attention_overrideable.default,
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default,
+    aten._efficient_attention_forward.default,
+    aten._efficient_attention_backward.default,
+    aten._flash_attention_forward.default,
+    aten._flash_attention_backward.default,
     aten._cdist_forward.default,
     # Scans and sorts: sequential along one dim, library kernels are already good.
     aten.cumsum.default,

@@ -10,10 +10,13 @@ import sympy
 import torch
 import torch.fx
 
+from ptc_spec import is_fallback
+
 from ..config import Config
 from ..errors import LoweringError, UnsupportedOpError
 from ..ir import Buffer, BufferArg, Layout, Node, TensorValue
 from .context import LoweringContext
+from .fallback import lower_fallback, op_name
 from .registry import LOWERINGS
 
 META_KEY = "ptc_meta"
@@ -38,6 +41,8 @@ class LoweredGraph:
     outputs: tuple[GraphOutput, ...]
     output_is_tuple: bool
     storage_offsets: dict[str, int]
+    fallbacks: tuple[str, ...] = ()
+    """Qualified names of the ops run as fallbacks (eager kernels), once each, in graph order."""
 
     @property
     def output_buffers(self) -> set[str]:
@@ -70,6 +75,7 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
     outputs: list[GraphOutput] = []
+    fallbacks: list[str] = []
     output_is_tuple = True
 
     def fetch(a: Any) -> Any:
@@ -108,6 +114,9 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
             constants[name] = tensor
             layout = Layout(tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()), 0, False)
             env[node] = ctx.value_of_buffer(ctx.add_buffer(name, layout, "constant"))
+        elif node.op == "call_function" and is_fallback(node):
+            env[node] = _lower_fallback(ctx, node, fetch)
+            fallbacks.append(op_name(node.target))
         elif node.op == "call_function":
             env[node] = _lower_call(ctx, node, fetch, config)
         elif node.op == "output":
@@ -120,7 +129,7 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
         else:
             raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
     ctx.realize_recomputed(config.inline_max_ops // 4)
-    return LoweredGraph(tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple, dict(ctx.storage_offsets))
+    return LoweredGraph(tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple, dict(ctx.storage_offsets), tuple(dict.fromkeys(fallbacks)))
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
@@ -128,6 +137,18 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _lower_fallback(ctx: LoweringContext, node: torch.fx.Node, fetch: Any) -> Any:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        raise UnsupportedOpError(f"node '{node.name}' is marked as a fallback but calls {target!r}, which is not an aten overload")
+    try:
+        return lower_fallback(ctx, target, fetch(node.args), {k: fetch(v) for k, v in node.kwargs.items()}, _meta(node))
+    except LoweringError:
+        raise
+    except Exception as exc:
+        raise LoweringError(f"lowering fallback node '{node.name}' ({op_name(target)}) failed: {exc}") from exc
 
 
 def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: Config) -> Any:
@@ -144,8 +165,8 @@ def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: C
         if target in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg):
             return _static(meta, f"node '{node.name}'") if meta is not None else target(*fetch(node.args))
         raise UnsupportedOpError(
-            f"node '{node.name}' calls {_op_name(target)}, which ptc-inductor cannot lower "
-            "(it is not in core/1): run ptc_decomp.decompose(gm) first"
+            f"node '{node.name}' calls {_op_name(target)}, which ptc-inductor cannot lower and which is not "
+            "marked as a fallback: run ptc_decomp.decompose(gm) first"
         )
     ctx.meta = meta
     try:

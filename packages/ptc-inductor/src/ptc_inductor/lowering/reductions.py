@@ -53,7 +53,8 @@ def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int],
         return 1
     outputs = math.prod(int(size[k]) for k in kept)
     total = math.prod(int(size[d]) for d in dims)
-    if outputs >= SPLIT_OUTPUTS_BELOW or total < SPLIT_MIN_REDUCED:
+    # No outputs: nothing to compute, and the kernel is never launched; do not make two.
+    if outputs == 0 or outputs >= SPLIT_OUTPUTS_BELOW or total < SPLIT_MIN_REDUCED:
         return 1
     first = size[dims[0]]
     factor = 1
