@@ -20,6 +20,7 @@ from ptc_capture.config import Config, get_config
 from ptc_capture.errors import CaptureInternalError, GraphBreakError
 from ptc_capture.guards import Guard, Source, compile_guards
 from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
+from ptc_capture.interpreter.autocast import autocast_at_end, start_autocast
 from ptc_capture.logs import channel
 from ptc_capture.resume import NATIVE, in_try_block, make_resume_code, resume_parameters
 from ptc_capture.runner import BreakPlan, build_runner, direct_target, make_replacement
@@ -73,6 +74,8 @@ def _new_state(config: Config, f_globals: dict[str, Any], f_builtins: dict[str, 
     state = CaptureState(config, f_globals, f_builtins, closure)
     state.grad_enabled = state.grad_at_entry = torch.is_grad_enabled()
     state.guards.add(Guard("grad_mode", None, state.grad_enabled))
+    start_autocast(state)
+    state.guards.add(Guard("autocast", None, state.autocast.guard_key()))
     return state
 
 
@@ -245,6 +248,7 @@ def _finish(
     gm = None
     compiled = None
     examples = [state.keepalive_tensor(v) for v in state.graph.input_vars]
+    autocast = autocast_at_end(state)
     if state.graph.op_count or outputs:
         passthrough = not state.graph.op_count and all(v.node is not None and v.node.op == "placeholder" for v in outputs)
         if passthrough and plan is None and not state.side_effects.log:
@@ -267,7 +271,7 @@ def _finish(
     runner = build_runner(
         code, state.f_globals, state.f_builtins, compiled, list(state.graph.input_sources), outputs,
         list(state.side_effects.log), result, plan,
-        state.grad_enabled if state.grad_enabled != state.grad_at_entry else None,
+        state.grad_enabled if state.grad_enabled != state.grad_at_entry else None, autocast,
     )  # fmt: skip
     replacement = make_replacement(code, runner)
     target = direct_target(code, runner) or replacement

@@ -1,7 +1,9 @@
 """The torch-dialect FX graph being built during one capture (mutable while tracing).
 
 Every node gets its metadata by running the op on meta tensors: ``node.meta[META_KEY]`` is a
-TensorMeta (or a tuple of them for multi-output ops).
+TensorMeta (or a tuple of them for multi-output ops). Inside an autocast region the dtypes come
+from running the op once more on ptc-spec traced tensors, which keep their real device and so
+go through autocast as eager's tensors do (meta tensors never do).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any
 import torch
 import torch.fx
 
+from ptc_capture.autocast_state import AutocastState, applied
 from ptc_capture.guards import Source
 from ptc_capture.variables import Var, const
-from ptc_spec import META_KEY, TensorMeta, set_dialect
+from ptc_spec import META_KEY, TensorMeta, Tracer, set_dialect
 
 __all__ = ["GraphState", "MetaFailure"]
 
@@ -44,6 +47,8 @@ class GraphState:
     input_sources: list[Source] = field(default_factory=list)
     input_vars: list[Var] = field(default_factory=list)
     op_count: int = 0
+    autocast: AutocastState | None = None
+    """The autocast state of the ops recorded next, when some device type casts (else None)."""
 
     def placeholder(self, tensor: torch.Tensor, source: Source) -> Var:
         """Add a graph input read from ``source`` and return its Var."""
@@ -86,6 +91,9 @@ class GraphState:
             raise MetaFailure(f"{_label(op, target)} failed on meta tensors: {exc}") from exc
         if factory and not isinstance(result, torch.Tensor):
             raise MetaFailure(f"{_label(op, target)} is not a tensor factory")
+        if self.autocast is not None and not factory and not (op == "call_method" and target in _DEVICE_MOVES):
+            with torch.set_grad_enabled(grad):
+                result = _recast(result, self._autocast_result(op, target, args, kwargs))
         if not _has_tensor(result):
             if mutates:
                 self.graph.create_node(op, target, tuple(fx_args), dict(fx_kwargs)).meta[META_KEY] = None
@@ -94,6 +102,31 @@ class GraphState:
         node = self.graph.create_node(op, target, tuple(fx_args), dict(fx_kwargs))
         self.op_count += 1
         return self._wrap_result(node, result, device)
+
+    def _autocast_result(self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run the op on traced tensors under the traced autocast state (its outputs carry autocast's dtypes)."""
+        assert self.autocast is not None
+        tracer = Tracer()
+        traced: dict[int, torch.Tensor] = {}
+
+        # Inputs that do not require grad are never put in autocast's weight-cast cache, so
+        # nothing traced outlives this call.
+        def lift(var: Var) -> torch.Tensor:
+            found = traced.get(id(var.node))
+            if found is None:
+                assert var.meta is not None
+                found = tracer.placeholder(f"input{len(traced)}", var.meta.replace(requires_grad=False))
+                traced[id(var.node)] = found
+            return found
+
+        try:
+            call_args = _map_vars(args, lift)
+            call_kwargs = _map_vars(kwargs, lift)
+            fn: Callable[..., Any] = getattr(call_args[0], target) if op == "call_method" else target
+            with applied(self.autocast), torch.no_grad():
+                return fn(*(call_args[1:] if op == "call_method" else call_args), **call_kwargs)
+        except Exception as exc:
+            raise MetaFailure(f"{_label(op, target)} failed under autocast on traced tensors: {exc}") from exc
 
     def _wrap_result(self, node: torch.fx.Node, result: Any, device: torch.device) -> Var:
         if isinstance(result, torch.Tensor):
@@ -171,6 +204,22 @@ def _label(op: str, target: Any) -> str:
     return getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
 
 
+def _recast(result: Any, traced: Any) -> Any:
+    """``result`` (meta tensors) with each tensor in the dtype of its counterpart in ``traced``.
+
+    Autocast only changes dtypes, and only of ops that return fresh tensors, so a cast copy
+    of the meta result stands for the real one.
+    """
+    if isinstance(result, torch.Tensor) and isinstance(traced, torch.Tensor):
+        return result if result.dtype == traced.dtype else result.to(traced.dtype)
+    if isinstance(result, (tuple, list)) and isinstance(traced, (tuple, list)) and len(result) == len(traced):
+        items = [_recast(r, t) for r, t in zip(result, traced)]
+        if all(a is b for a, b in zip(items, result)):
+            return result
+        return list(items) if isinstance(result, list) else type(result)(items)
+    return result
+
+
 def _has_tensor(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return True
@@ -212,25 +261,30 @@ def _lower(value: Any) -> tuple[Any, Any, torch.device | None]:
             return slice(fx(v.start), fx(v.stop), fx(v.step))
         return v
 
-    def meta(v: Any) -> Any:
-        if isinstance(v, Var):
-            if v.kind == "tensor":
-                assert v.meta is not None
-                found.append(v.meta.device)
-                return v.example
-            if v.kind == "tuple":
-                return tuple(meta(i) for i in v.items)
-            if v.kind == "list":
-                return [meta(i) for i in v.box.items]
-            return v.value
-        if isinstance(v, tuple):
-            return tuple(meta(i) for i in v)
-        if isinstance(v, list):
-            return [meta(i) for i in v]
-        if isinstance(v, dict):
-            return {k: meta(i) for k, i in v.items()}
-        if isinstance(v, slice):
-            return slice(meta(v.start), meta(v.stop), meta(v.step))
-        return v
+    def example(v: Var) -> Any:
+        assert v.meta is not None
+        found.append(v.meta.device)
+        return v.example
 
-    return fx(value), meta(value), (found[0] if found else None)
+    return fx(value), _map_vars(value, example), (found[0] if found else None)
+
+
+def _map_vars(v: Any, tensor: Callable[[Var], Any]) -> Any:
+    """Replace the Vars in a structure by their values, each tensor Var by ``tensor(var)``."""
+    if isinstance(v, Var):
+        if v.kind == "tensor":
+            return tensor(v)
+        if v.kind == "tuple":
+            return tuple(_map_vars(i, tensor) for i in v.items)
+        if v.kind == "list":
+            return [_map_vars(i, tensor) for i in v.box.items]
+        return v.value
+    if isinstance(v, tuple):
+        return tuple(_map_vars(i, tensor) for i in v)
+    if isinstance(v, list):
+        return [_map_vars(i, tensor) for i in v]
+    if isinstance(v, dict):
+        return {k: _map_vars(i, tensor) for k, i in v.items()}
+    if isinstance(v, slice):
+        return slice(_map_vars(v.start, tensor), _map_vars(v.stop, tensor), _map_vars(v.step, tensor))
+    return v

@@ -226,6 +226,25 @@ def _emit_grad_mode(g: Guard, k: Callable[[Any], str]) -> list[str]:
     return [f"if {k(torch.is_grad_enabled)}() is not {bool(g.expected)}: return False"]
 
 
+@_emitter("autocast")
+def _emit_autocast(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    from ptc_capture.autocast_state import guard_holds
+
+    expected = g.expected
+    if not any(enabled for _, enabled, _ in expected):
+        # The common case (no autocast anywhere) costs one C call.
+        return [f"if {k(torch._C._is_any_autocast_enabled)}() and not {k(guard_holds)}({k(expected)}): return False"]
+    return [f"if not {k(guard_holds)}({k(expected)}): return False"]
+
+
+@_emitter("autocast_nesting")
+def _emit_autocast_nesting(g: Guard, k: Callable[[Any], str]) -> list[str]:
+    from ptc_capture.autocast_state import nesting_is
+
+    count, expected = g.expected
+    return [f"if not {k(nesting_is)}({count}, {expected}): return False"]
+
+
 @dataclass(slots=True)
 class GuardSet:
     """The guards of one trace, in the order they were added, without duplicates (mutable while tracing)."""

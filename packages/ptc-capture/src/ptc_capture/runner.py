@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ptc_capture import framehook
+from ptc_capture.autocast_state import AutocastExit, AutocastSwitch, apply_transition, nesting, restore
 from ptc_capture.guards import source_expr
 from ptc_capture.interpreter.state import Unsupported
 from ptc_capture.logs import channel
@@ -108,6 +109,8 @@ class RunnerSource:
             return f"{self.expr(var.items[0])}.{var.value}"
         if kind == "closure":
             return self._function(var)
+        if kind == "ctx_exit" and isinstance(var.value, AutocastExit):
+            return self.k(var.value)
         if kind == "ctx_exit":
             return f"{self.k(GradModeExit)}({bool(var.value)})"
         raise Unsupported(f"a {kind} value cannot be rebuilt after the graph")
@@ -215,10 +218,12 @@ def build_runner(
     result: Var | None,
     plan: BreakPlan | None,
     grad_mode: bool | None = None,
+    autocast: AutocastSwitch | None = None,
 ) -> Callable[..., Any]:
     """Return the runner function of one cache entry (its parameters are the frame's argument slots).
 
-    ``grad_mode`` (when not None) is the grad mode to leave in place after the graph.
+    ``grad_mode`` (when not None) is the grad mode to leave in place after the graph;
+    ``autocast`` (when not None) says how the graph switches autocast.
     """
     slots = _slot_names(code)
     params = {name: f"_a{i}" for i, name in enumerate(slots)}
@@ -230,17 +235,24 @@ def build_runner(
     src.lines.append("")  # the header, written once we know whether the body reads G
     if compiled is not None:
         args = "".join(source_expr(s, params) + ", " for s in inputs)
-        src.lines += [
-            "    _prev = _set_callback(None)",
-            "    try:",
-            f"        _o = _compiled({args})",
-            "    finally:",
-            "        _set_callback(_prev)",
-        ]
+        src.lines += ["    _prev = _set_callback(None)"]
+        if autocast is not None:
+            src.lines += [f"    _depth = {src.k(nesting)}()"]
+        src.lines += ["    try:", f"        _o = _compiled({args})"]
+        if autocast is not None:
+            # A graph that raises inside a region leaves autocast as eager's with-block would:
+            # restored by the region's __exit__.
+            src.lines += ["    except BaseException:", f"        {src.k(restore)}({src.k(autocast.entry)}, _depth)", "        raise"]
+        src.lines += ["    finally:", "        _set_callback(_prev)"]
     if grad_mode is not None:
         # The trace ends inside a grad-mode block: leave the mode as eager would have it,
         # whatever the backend did with the graph's own grad-mode switches.
         src.lines.append(f"    {src.k(torch.set_grad_enabled)}({grad_mode})")
+    if autocast is not None and autocast.changes_state:
+        # The trace ends inside (or after leaving) an autocast region: the graph itself ends in
+        # its entry state, so put the thread where eager would be at this point.
+        a = autocast
+        src.lines.append(f"    {src.k(apply_transition)}({src.k(a.entry)}, {src.k(a.final)}, {a.open_regions})")
     for effect in effects:
         src.effect(effect)
     if plan is None:

@@ -6,7 +6,8 @@ time), ``null`` (CPython's NULL stack marker), ``tuple``, ``list``/``dict``/``it
 tracing), ``callable`` (builtins, torch functions, classes: handled by the call tables),
 ``module`` (an nn.Module), ``object`` (any other object, read natively), ``method`` (a bound
 method: ``items[0]`` is self), ``tensor_method`` (``value`` is the method name), ``ctx``
-(a grad-mode context manager), ``userobj`` (an instance of a Python class created while
+(a context manager: ``value`` is the grad mode it sets, or an AutocastRegion), ``ctx_exit``
+(its ``__exit__``: the grad mode to restore, or an AutocastExit), ``userobj`` (an instance of a Python class created while
 tracing: ``value`` is its class, its attributes and, for dict subclasses, its contents are in
 an ObjBox; see interpreter/objects.py).
 """
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ptc_capture.autocast_state import AutocastExit, AutocastRegion
 from ptc_capture.guards import Guard, Source
 from ptc_spec import TensorMeta
 
@@ -152,6 +154,20 @@ def _wrap_iterator(state: CaptureState, value: Any, source: Source) -> Var:
     return Var("iter", box=IterBox(items[position:]))
 
 
+def _wrap_autocast(state: CaptureState, value: Any, source: Source | None) -> Var:
+    # A real torch.autocast object (the instance a @torch.autocast(...) decorator closes over)
+    # or a region's exit passed to a resume function: the trace reads their fields once, so the
+    # object itself is guarded.
+    if source is not None:
+        state.guards.add(Guard("id", source, value))
+    if isinstance(value, AutocastExit):
+        return Var("ctx_exit", value, source=source)
+    region = AutocastRegion.of(value)
+    if region is None:
+        return Var("object", value, source=source)
+    return Var("ctx", region, source=source)
+
+
 def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
     """Return the Var of a real value read from ``source``, adding the guards the trace relies on."""
     guards = state.guards
@@ -182,6 +198,8 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
             guards.add(Guard("type", source, ty))
             guards.add(Guard("const", source.attr("mode"), value.mode))
         return Var("ctx_exit", value.mode, source=source)
+    if isinstance(value, (torch.amp.autocast, AutocastExit)):
+        return _wrap_autocast(state, value, source)
     if ty in _SEQUENCE_ITERATORS and source is not None:
         return _wrap_iterator(state, value, source)
     if isinstance(value, torch.nn.Module):

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.calls import BUILTINS, Caller
 from ptc_capture.interpreter.ops import binary, compare, contains, getitem, unary
 from ptc_capture.interpreter.state import Frame, Unsupported
@@ -50,6 +51,8 @@ def python_type(var: Var) -> type:
         return type(var.value)
     if kind == "userobj":
         return var.value  # type: ignore[no-any-return]
+    if kind == "ctx" and isinstance(var.value, AutocastRegion):
+        return var.value.manager_type
     raise Unsupported(f"type of a {kind} is not known")
 
 

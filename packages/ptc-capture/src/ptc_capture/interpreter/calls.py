@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ptc_capture.autocast_state import AutocastExit
 from ptc_capture.guards import Source
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
@@ -239,14 +240,14 @@ def inline_function(frame: Frame, fn: types.FunctionType, source: Source | None,
 
 def is_graph_target(fn: Any) -> bool:
     """True when ``fn`` may be the target of a call_function node of the torch dialect."""
-    return is_allowed_target(fn)
+    return bool(is_allowed_target(fn))
 
 
 # Torch functions without tensor inputs or outputs that are safe to evaluate at trace time.
 _PURE_TORCH = {
     id(f)
     for f in (torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.is_grad_enabled, torch.get_default_dtype,
-              torch.is_autocast_enabled, torch.numel, torch.result_type, torch.promote_types, torch.can_cast,
+              torch.numel, torch.result_type, torch.promote_types, torch.can_cast,
               torch.finfo, torch.iinfo)
 }  # fmt: skip
 
@@ -399,9 +400,13 @@ def _call_closure(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]
 
 @caller("ctx_exit")
 def _call_ctx_exit(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    from ptc_capture.interpreter.autocast import exit_region
     from ptc_capture.interpreter.control import set_grad_mode
 
-    set_grad_mode(frame, bool(fn.value))
+    if isinstance(fn.value, AutocastExit):
+        exit_region(frame, fn.value)
+    else:
+        set_grad_mode(frame, bool(fn.value))
     return const(None)
 
 

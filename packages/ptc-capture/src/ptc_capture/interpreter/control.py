@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import torch
 
+from ptc_capture.autocast_state import AutocastRegion
+from ptc_capture.interpreter.autocast import enter_region
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import sequence_items, truth
@@ -94,6 +96,10 @@ def _before_with(frame: Frame, inst: dis.Instruction) -> None:
     manager = frame.pop()
     if manager.kind != "ctx":
         raise Unsupported(f"with-statement over a {manager.kind} ({type(manager.value).__name__})")
+    if isinstance(manager.value, AutocastRegion):
+        frame.push(enter_region(frame, manager.value))
+        frame.push(manager)  # torch.autocast.__enter__ returns the manager itself
+        return
     previous = frame.state.grad_enabled
     set_grad_mode(frame, bool(manager.value))
     frame.push(Var("ctx_exit", previous))

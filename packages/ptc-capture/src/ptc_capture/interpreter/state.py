@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ptc_capture.autocast_state import AutocastState
 from ptc_capture.config import Config
 from ptc_capture.graph import GraphState
 from ptc_capture.guards import Guard, GuardSet, Source
@@ -63,6 +64,15 @@ class CaptureState:
     keepalive: list[Any] = field(default_factory=list)
     grad_enabled: bool = True
     grad_at_entry: bool = True
+    autocast: AutocastState = field(default_factory=AutocastState.current)
+    """The autocast state in force at the instruction being traced."""
+    autocast_entry: AutocastState = field(default_factory=AutocastState.current)
+    autocast_nesting: int = 0
+    """Autocast regions entered minus regions left so far (eager's nesting counter, relative to entry)."""
+    autocast_entry_depth: int = 0
+    """The thread's autocast nesting count when the trace began."""
+    autocast_switched: bool = False
+    """Whether the graph switches autocast (enters or leaves a region)."""
     steps: int = 0
 
     def graph_input(self, tensor: torch.Tensor, source: Source | None) -> Var:
