@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from .config import CompileOptions
 
 Compiled = Callable[..., Any]
 log = logging.getLogger("ptc.perf")
+fallback_log = logging.getLogger("ptc.fallbacks")
 
 
 @dataclass
@@ -30,10 +32,13 @@ class CompileStats:
     graphs: int = 0
     kernels: int = 0
     seconds: float = 0.0
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    """Per aten overload, how many compiled graphs run it unfused as a fallback."""
 
     def reset(self) -> None:
         """Start counting from zero."""
         self.graphs, self.kernels, self.seconds = 0, 0, 0.0
+        self.fallbacks.clear()
 
 
 STATS = CompileStats()
@@ -45,14 +50,18 @@ def handoff(gm: torch.fx.GraphModule, options: CompileOptions) -> torch.fx.Graph
 
 
 def compile_core(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions) -> Compiled:
-    """aten graph -> core/1 (ptc-decomp) -> kernels (ptc-inductor), optionally CUDA-graphed."""
+    """aten graph -> core/N (ptc-decomp; ops it cannot decompose stay as fallbacks) -> kernels (ptc-inductor), optionally CUDA-graphed."""
     import ptc_decomp
     import ptc_inductor
 
     start = time.perf_counter()
-    core = handoff(ptc_decomp.decompose(handoff(gm, options), target="core/1"), options)
+    core = handoff(ptc_decomp.decompose(handoff(gm, options), target=ptc_spec.LATEST_CORE), options)
     compiled: Compiled = ptc_inductor.compile(core, debug_dir=options.debug_dir)
     STATS.graphs += 1
+    fallbacks = list(core.meta.get("ptc_fallbacks", ()))
+    if fallbacks:
+        STATS.fallbacks.update(fallbacks)
+        fallback_log.info("graph %d runs %d op(s) unfused, as eager kernels: %s", STATS.graphs, len(fallbacks), ", ".join(fallbacks))
     STATS.kernels += int(getattr(compiled, "kernel_count", 0))
     STATS.seconds += time.perf_counter() - start
     log.info("decomposed and compiled a graph of %d nodes in %.1f ms", len(core.graph.nodes), (time.perf_counter() - start) * 1e3)
