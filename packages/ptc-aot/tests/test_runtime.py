@@ -95,3 +95,27 @@ def test_inference_under_no_grad_uses_a_forward_only_graph() -> None:
     assert not out.requires_grad
     inference = [p for p in compiled.programs if p.backward is None]
     assert len(inference) == 1 and len(compiled.programs) == 2
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+def test_programs_run_as_traced_inside_the_callers_autocast_region(grad: bool) -> None:
+    # Traced outside autocast, the graph's matmul is float32; a caller's region must not cast
+    # it again, in the forward or in a backward run inside the region.
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).sin()
+
+    args = [torch.randn(4, 8, requires_grad=grad), torch.randn(8, 3, requires_grad=grad)]
+    compiled = aot(fn, args)
+    x, w = (a.detach().clone().requires_grad_(grad) for a in args)
+    with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = compiled(x, w)
+        if grad:
+            out.sum().backward()
+    expected = fn(*args)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected)
+    if grad:
+        expected.sum().backward()
+        for got, want in zip((x, w), args):
+            assert got.grad is not None and got.grad.dtype == torch.float32
+            torch.testing.assert_close(got.grad, want.grad)

@@ -88,6 +88,23 @@ def test_compiled_model_called_inside_autocast_recompiles(backend: str) -> None:
     assert counting.count == 2
 
 
+def _float32_island(x: torch.Tensor, w: torch.Tensor) -> Any:
+    # transformers' rotary embeddings: a region that turns autocast off inside the caller's.
+    with torch.autocast("cpu", enabled=False):
+        y = x.float() @ w.float()
+    return y.cos(), y @ w
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_region_turning_autocast_off_inside_the_callers_region_matches_eager(backend: str) -> None:
+    compiled = ptc.compile(_float32_island, backend=backend, fullgraph=True)
+    x, w = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        # The backward runs inside the region too, as a loss.backward() under autocast would.
+        out = compare_with_eager(compiled, _float32_island, x, w, grads=True)
+    assert [t.dtype for t in out] == [torch.float32, torch.bfloat16]
+
+
 def _train(model: Net, forward: Any, steps: int) -> list[Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)

@@ -42,6 +42,12 @@ class CompiledProgram:
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
         """Run the program on the tensor inputs and return the user's output structure."""
+        if torch._C._is_any_autocast_enabled():
+            with torch._C._DisableAutocast():
+                return self._run(tensors)
+        return self._run(tensors)
+
+    def _run(self, tensors: Sequence[torch.Tensor]) -> Any:
         if self.backward is None:
             with torch.no_grad():
                 results = tuple(self.forward(*tensors))
@@ -98,7 +104,8 @@ class _CompiledFunction(torch.autograd.Function):
             for g, (shape, dtype, device) in zip(given, program.tangents.zeros)
         ]
         saved = ctx.saved_tensors
-        with torch.no_grad():
+        # A backward called inside an autocast region must not cast the graph's ops again.
+        with torch.no_grad(), torch._C._DisableAutocast():
             results = list(program.backward(*saved, *tangents))
         if len(present) < len(given):
             for i, needs in enumerate(program.tangents.of_grads):
