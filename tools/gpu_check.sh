@@ -7,6 +7,8 @@
 #   bash tools/gpu_check.sh triton WORKLOAD [--compile] [--kernels]   # tools/profile_triton.py
 #   bash tools/gpu_check.sh e2e [WORKLOADS]   # ptc.demo, then tools/bench.py on those workloads
 #   bash tools/gpu_check.sh profile WORKLOAD [IMPLS]   # tools/profile_gpu.py's kernel tables
+#   bash tools/gpu_check.sh correctness [SECONDS]   # real models x precisions, the OpInfo sweep beside
+#                                                   # torch.compile (float32, bf16) and the gpu tests, at once
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -24,6 +26,42 @@ python3 -m ptc_capture.build_ext 2>&1 | tail -1
 if [ "$what" = profile ]; then
   python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
   exit "${PIPESTATUS[0]}"
+fi
+
+if [ "$what" = correctness ]; then
+  # Everything side by side (compiles are CPU-bound; 16 cores), each job stopping by the budget
+  # so that all of them report: the OpInfo sweeps beside torch.compile in float32 and bf16
+  # (SWEEP_JOBS workers each), the real-model matrix (transformers and timm models in two
+  # processes, one JSON line a case), and the gpu-marked tests of inductor, aot and ptc.
+  budget=${2:-480}
+  pids=()
+  for dtype in float32 bfloat16; do
+    python3 tools/opinfo_sweep.py --device cuda --dtype $dtype --jobs "${SWEEP_JOBS:-4}" --timeout 120 \
+      --deadline $((budget - 45)) --json "$OUT/sweep-cuda-$dtype.json" > "$OUT/sweep-cuda-$dtype.log" 2>&1 &
+    pids+=($!)
+  done
+  hf="gpt2 or bert or llama or t5 or nanogpt"
+  for part in "$hf" "not ($hf)"; do
+    tag=$([ "$part" = "$hf" ] && echo transformers || echo timm)
+    (cd packages/ptc && PTC_REAL_MODELS_TABLE="$OUT/real-models.jsonl" timeout "$budget" \
+      python3 -m pytest tests/test_real_models_gpu.py -q -p no:cacheprovider -m gpu -k "$part" \
+      > "/tmp/real-models-$tag.log" 2>&1) &
+    pids+=($!)
+  done
+  (for pkg in ptc-inductor ptc-aot ptc; do
+    (cd "packages/$pkg" && timeout 150 python3 -m pytest tests -q -p no:cacheprovider -m "gpu and not slow" \
+      --ignore=tests/test_real_models_gpu.py > "/tmp/gpu-$pkg.log" 2>&1)
+    { echo "===== $pkg [gpu]"; cat "/tmp/gpu-$pkg.log"; } >> "$OUT/tests.log"
+  done) &
+  pids+=($!)
+  wait "${pids[@]}"
+  for pkg in ptc-inductor ptc-aot ptc; do echo "$pkg [gpu]: $(tail -1 "/tmp/gpu-$pkg.log")"; done
+  for tag in transformers timm; do
+    cat "/tmp/real-models-$tag.log" >> "$OUT/tests.log"
+    echo "real models ($tag): $(tail -1 "/tmp/real-models-$tag.log")"
+  done
+  for dtype in float32 bfloat16; do grep -A3 "^OpInfo sweep" "$OUT/sweep-cuda-$dtype.log"; done
+  exit 0
 fi
 
 if [ "$what" = triton ]; then

@@ -123,6 +123,13 @@ def _run_chunk(args: argparse.Namespace, pairs: list[tuple[str, str]], done: dic
             if line is None:
                 hung = True
                 break
+            if args.deadline and time.monotonic() > args.deadline:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                for op, compiler in pairs:
+                    done.setdefault(op, {})[compiler] = {"status": "skipped", "category": "skipped",
+                                                         "detail": "not run: the sweep reached --deadline", "seconds": None}
+                return
             event = json.loads(line)
             if "start" in event:
                 running = (event["start"], event["compiler"])
@@ -170,6 +177,8 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="at most this many ops, in op_db order")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per op and compiler (default 300)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes in parallel (default 1)")
+    parser.add_argument("--deadline", type=float, default=0,
+                        help="seconds after which no further pair starts; the rest count as skipped (default: none)")
     parser.add_argument("--ptc-only", action="store_true", help="run ptc.compile only, not torch.compile")
     parser.add_argument("--json", help="write every result to this file")
     parser.add_argument("--write-known-failures", action="store_true",
@@ -185,6 +194,8 @@ def main() -> int:
     import torch
 
     start = time.perf_counter()
+    # From here on, --deadline is a point on the monotonic clock that every worker thread reads.
+    args.deadline = time.monotonic() + args.deadline if args.deadline else 0
     names = [check.op_id(op) for op in check.select_ops(args.device, check.DTYPES[args.dtype], args.ops)]
     names = names[: args.limit] if args.limit else names
     compilers = COMPILERS[:1] if args.ptc_only else COMPILERS
