@@ -15,6 +15,12 @@ what=${1:-all}
 OUT=${OUT:-/tmp/ptc-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:)
+# Pure-Python test dependencies the machine lacks (expecttest, for OpInfo) travel as wheels in
+# .whl/ (the device tool's carry); they are unpacked beside the sources, never installed there.
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
 export PYTHONUNBUFFERED=1
 # Triton kernels compile for the GPU here; CI runs them under the interpreter instead.
 export TRITON_INTERPRET=0
@@ -44,7 +50,7 @@ if [ "$what" = correctness ]; then
   for part in "$hf" "not ($hf)"; do
     tag=$([ "$part" = "$hf" ] && echo transformers || echo timm)
     (cd packages/ptc && PTC_REAL_MODELS_TABLE="$OUT/real-models.jsonl" timeout "$budget" \
-      python3 -m pytest tests/test_real_models_gpu.py -q -p no:cacheprovider -m gpu -k "$part" \
+      python3 -m pytest tests/test_real_models_gpu.py -q -p no:cacheprovider -m gpu -k "($part) and (${MODELS_K:-not nothing})" \
       > "/tmp/real-models-$tag.log" 2>&1) &
     pids+=($!)
   done

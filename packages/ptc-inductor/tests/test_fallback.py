@@ -213,3 +213,19 @@ def test_efficient_attention_forward_runs_as_an_extern_on_cuda() -> None:
     compiled = ptc_inductor.compile(gm)
     compare_with_eager(compiled, gm, TensorMeta.of((1, 64, 2, 32), device="cuda").example(), rtol=1e-3, atol=1e-3)
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs CUDA and TRITON_INTERPRET=0")
+def test_cudnn_attention_without_grad_runs_though_its_logsumexp_is_undefined() -> None:
+    # Without compute_log_sumexp the kernel returns None where the meta kernel says a tensor
+    # (bf16 SDPA inference on Hopper picks this kernel): unread results are never touched.
+    shape = (2, 4, 64, 32)
+    b = GraphBuilder("core/2")
+    q = b.input("q", TensorMeta.of(shape, dtype=torch.bfloat16, device="cuda"))
+    out = b.call(aten._scaled_dot_product_cudnn_attention.default, q, q, q, None, False, 0.0, True)
+    b.output(b.call(aten.mul.Tensor, out[0], 2.0))
+    gm = b.build()
+    compiled = ptc_inductor.compile(gm)
+    compare_with_eager(compiled, gm, TensorMeta.of(shape, dtype=torch.bfloat16, device="cuda").example(), rtol=2e-2, atol=2e-2)
+    torch.cuda.synchronize()

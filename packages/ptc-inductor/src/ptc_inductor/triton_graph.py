@@ -101,7 +101,7 @@ def compile_triton_graph(gm: torch.fx.GraphModule, config: Config | None = None,
             result = step.op(*render(env, step.args), **{key: render(env, v) for key, v in step.kwargs})
             results = result if step.multi else (result,)
             for out, r in zip(step.outputs, results):
-                if out is not None:
+                if out is not None and r is not None:  # None: a result the kernel was not asked for
                     same = r.stride() == out.layout.stride or r.numel() <= 1
                     env[out.name] = r if same else _restride(r, out.layout.size, out.layout.stride)
         outs = [_view(env[o.view.buffer], o.view) if o.view is not None else o.value for o in lowered.outputs]

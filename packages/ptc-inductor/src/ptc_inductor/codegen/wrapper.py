@@ -124,6 +124,7 @@ def generate_wrapper(
         return names.literal(a)
 
     returned = {storage_of(out.view.buffer) for out in graph.outputs if out.view is not None}
+    needed = _read_or_returned(sched, graph)
     for i, step in enumerate(sched.steps):
         for buf_name in plan.allocate.get(i, ()):
             lay = graph.buffers[buf_name].layout
@@ -145,7 +146,7 @@ def generate_wrapper(
             args = [data_ptr(p) if kc.pointers else storage_of(p) for p in kc.params]
             lines.append(f"{kc.name}({', '.join(args)})  # {origins}")
         else:
-            lines.extend(_extern_lines(step, names, render, var_layout, config.check_extern_strides))
+            lines.extend(_extern_lines(step, names, render, var_layout, config.check_extern_strides, needed))
         for var in plan.free_after.get(i, ()):
             lines.append(f"del {var}")
     outs = []
@@ -163,7 +164,21 @@ def generate_wrapper(
     return WrapperSource(source, names.namespace)
 
 
-def _extern_lines(step: ExternNode, names: _Namer, render: Any, var_layout: dict[str, Layout], check: bool) -> list[str]:
+def _read_or_returned(sched: Schedule, graph: LoweredGraph) -> set[str]:
+    """Buffers some step reads or the graph returns."""
+    found = {out.view.buffer for out in graph.outputs if out.view is not None}
+    for step in sched.steps:
+        if isinstance(step, Kernel):
+            for node in step.nodes:
+                found.update(sched.accesses[node.name].reads())
+        else:
+            found.update(step.reads)
+    return found
+
+
+def _extern_lines(
+    step: ExternNode, names: _Namer, render: Any, var_layout: dict[str, Layout], check: bool, needed: set[str]
+) -> list[str]:
     op = names.const(step.op, "op")
     args = ", ".join([render(a) for a in step.args] + [f"{k}={render(v)}" for k, v in step.kwargs])
     lines = [f"# fallback {op_name(step.op)}: the eager kernel, unfused"] if step.fallback else []
@@ -176,7 +191,9 @@ def _extern_lines(step: ExternNode, names: _Namer, render: Any, var_layout: dict
             lines.append(f"{buf.name} = {step.name}[{j}]")
         lay = buf.layout
         var_layout[buf.name] = lay
-        if check and lay.numel > 1:
+        # An output nobody reads keeps whatever layout it came in, and may even be None (the
+        # logsumexp of an attention kernel run without grad): only read ones are checked.
+        if check and lay.numel > 1 and buf.name in needed:
             size, stride = names.literal(lay.size), names.literal(lay.stride)
             lines.append(f"if {buf.name}.stride() != {stride}: {buf.name} = _restride({buf.name}, {size}, {stride})")
     if step.multi:
