@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 from conftest import check, trace_core
 
+import ptc_inductor
+from ptc_spec import GraphBuilder, TensorMeta
+from ptc_spec.testing import compare_with_eager
+
 aten = torch.ops.aten
 
 
@@ -146,3 +150,19 @@ def test_small_outputs_are_not_recycled() -> None:
     g = torch.Generator().manual_seed(0)
     x, r = torch.randn(64, 32, generator=g), torch.randn(64, 32, generator=g)
     assert ".take()" not in check(_residual_ln, x, r).wrapper_source
+
+
+def test_an_extern_result_nobody_reads_never_lends_its_storage() -> None:
+    # Such a result is taken as the library returned it (any layout, or None on CUDA for a
+    # result the kernel was not asked for): a later buffer placed in it would be corrupt.
+    b = GraphBuilder("core/2")
+    x = b.input("x", TensorMeta.of((4, 5)))
+    low, _high = b.fallback(aten.aminmax.default, b.call(aten.mul.Tensor, x, 3.0), dim=-1)
+    twice = b.call(aten.mul.Tensor, low, 2.0)  # float (4,), as the unread maximum
+    b.output(b.call(aten.cumsum.default, twice, 0))
+    gm = b.build()
+    compiled = ptc_inductor.compile(gm)
+    (call,) = [s for s in compiled.schedule.steps if getattr(s, "fallback", False)]
+    unread = call.outputs[1].name
+    assert [buf for buf, s in compiled.memory_plan.storage.items() if s == unread] == [unread]
+    compare_with_eager(compiled, gm, torch.randn(4, 5))

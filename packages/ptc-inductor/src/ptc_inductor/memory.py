@@ -114,6 +114,7 @@ def plan_memory(
     live = peak = reused = 0
     reused_storages: set[str] = set()
     free_events: list[tuple[int, str]] = []
+    unread: set[str] = set()
     for i, step in enumerate(sched.steps):
         made = [b for n in step.nodes for b in n.outputs] if isinstance(step, Kernel) else [b for b in step.outputs if b is not None]
         made = [b for b in made if b.name not in local]
@@ -139,6 +140,11 @@ def plan_memory(
         for buf in made:
             if buf.name not in kept and buf.name not in last_use:
                 last_use[buf.name] = i
+                if isinstance(step, ExternNode):
+                    # Nobody reads it: the wrapper takes it as the library returned it (any
+                    # layout, or None for a result the kernel was not asked for), so its
+                    # storage can never serve another buffer.
+                    unread.add(buf.name)
         for name, last in last_use.items():
             if last != i or name in kept or name not in storage or name not in defined or name in local:
                 continue
@@ -146,7 +152,7 @@ def plan_memory(
             live -= storage_bytes[s]
             buf = buffers[name]
             free_events.append((i, s))
-            if name not in views and is_dense(buf.layout.size, buf.layout.stride) and buf.layout.offset == 0:
+            if name not in views and name not in unread and is_dense(buf.layout.size, buf.layout.stride) and buf.layout.offset == 0:
                 pool[_key(buf)].append(s)
     # A storage that goes back to the pool and is never taken again is deleted right away.
     taken_after: dict[str, int] = {}
