@@ -81,6 +81,25 @@ def _writes_through_split(x: torch.Tensor) -> torch.Tensor:
     return y + 1
 
 
+def _views_in_place(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # transpose_/t_/unsqueeze_ re-view a tensor (stft does): later reads, writes through it,
+    # and outputs see the new shape, and writes still reach the storage it shares.
+    x = a * 1
+    y = x.view(2, 6)
+    y.transpose_(0, 1)
+    z = x * 2
+    z.t_()
+    z.unsqueeze_(0)
+    y.mul_(3)
+    return y, z, z + 1, x
+
+
+def _view_of_input_in_place(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x.view(2, 6)
+    y.transpose_(0, 1)
+    return y, y + 1
+
+
 CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = {
     "mutates_input": (_mutates_input, lambda: [torch.randn(3), torch.randn(3, requires_grad=True)]),
     "mutates_through_view": (_mutates_through_view, lambda: [torch.randn(4, 3), torch.randn(3, requires_grad=True)]),
@@ -94,6 +113,8 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]] = 
     "returns_mutated_input": (_returns_mutated_input, lambda: [torch.randn(3)]),
     "optimizer_step": (_optimizer_step, lambda: [torch.randn(3, 4), torch.randn(4, 2, requires_grad=True), torch.randn(4, 2)]),
     "writes_through_split": (_writes_through_split, lambda: [torch.randn(4, 3)]),
+    "views_in_place": (_views_in_place, lambda: [torch.randn(3, 4, requires_grad=True)]),
+    "view_of_input_in_place": (_view_of_input_in_place, lambda: [torch.randn(3, 4)]),
 }
 
 
@@ -102,7 +123,7 @@ def test_outputs_mutations_and_grads_match_eager(name: str) -> None:
     fn, make = CASES[name]
     torch.manual_seed(0)
     args = make()
-    compare_with_eager(aot(fn, args), fn, *args, grads=True)
+    compare_with_eager(aot(fn, args), fn, *args, grads=True, check_stride=True)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -169,3 +190,12 @@ def test_non_contiguous_inputs_with_offsets_are_read_and_written_like_eager() ->
     torch.testing.assert_close(base, eager_base)
     torch.testing.assert_close(got[0], expected[0])
     assert got[1]._base is base
+
+
+def test_re_viewing_an_input_in_place_is_refused_clearly() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.t_()
+        return x
+
+    with pytest.raises(UnsupportedMutationError, match=r"changes the shape or strides of graph input"):
+        aot(fn, [torch.randn(3, 4)])

@@ -93,12 +93,19 @@ def _unbind_and_sort(x: torch.Tensor) -> Any:
     return torch.sort(a), b, c.sort(descending=True).indices, d
 
 
+def _fresh_tensor_lists(x: torch.Tensor) -> Any:
+    # Ops returning a list of fresh tensors (not views), used whole and in part.
+    pieces = torch.unsafe_split(x * 2, 2, dim=1)
+    rows = torch.unbind_copy(x.cos(), 0)
+    return pieces, rows[1], torch.split_with_sizes_copy(x, [1, 5], dim=1)
+
+
 CASES: dict[str, Callable[..., Any]] = {
     f.__name__.lstrip("_"): f
     for f in (
         _sort, _topk, _max_dim, _max_pool_indices, _var_mean, _std_mean, _aminmax, _sort_then_use_indices,
         _same_twice, _output_and_its_views, _views_only, _input_unchanged, _input_as_views,
-        _none_and_python_values, _dict_output, _split_outputs, _unbind_and_sort,
+        _none_and_python_values, _dict_output, _split_outputs, _unbind_and_sort, _fresh_tensor_lists,
     )
 }  # fmt: skip
 

@@ -91,6 +91,20 @@ def test_in_place_ops_are_recorded_and_later_uses_follow_them() -> None:
     assert_same(gm(x), fn(x))
 
 
+def test_in_place_view_ops_re_view_the_traced_tensor_for_shapes_and_autograd() -> None:
+    # transpose_/unsqueeze_ change the tensor's own sizes: Python code and autograd read them.
+    def fn(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        b = a * 1
+        b.t_()
+        b.unsqueeze_(0)
+        out = b.sum(dim=2) * torch.ones(b.shape[1])
+        return (out, *torch.autograd.grad(out.sum(), a))
+
+    gm = trace(fn, TensorMeta.of((3, 4), requires_grad=True))
+    x = torch.randn(3, 4, requires_grad=True)
+    assert_same(gm(x), fn(x))
+
+
 def test_mutation_of_an_input_is_faithful() -> None:
     def fn(a: torch.Tensor) -> torch.Tensor:
         a.add_(1)

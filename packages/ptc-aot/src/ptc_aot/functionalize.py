@@ -26,7 +26,15 @@ import torch.utils._pytree as pytree
 from ptc_spec import META_KEY, GraphBuilder, TensorMeta
 
 from .errors import UnsupportedMutationError
-from .mutations import IMPLICIT_WRITES, REWRITES, bind, call_arguments, functional_form, written_arguments
+from .mutations import (
+    IMPLICIT_WRITES,
+    REWRITES,
+    bind,
+    call_arguments,
+    functional_form,
+    inplace_view_counterpart,
+    written_arguments,
+)
 from .views import INVERSES, ViewStep, invertible, returns_list, view_source
 
 log = logging.getLogger("ptc.aot.functionalize")
@@ -180,6 +188,10 @@ def _call(state: _Pass, node: torch.fx.Node) -> None:
     target = node.target
     assert isinstance(target, torch._ops.OpOverload)
     bound = bind(target._schema, node.args, node.kwargs)
+    view = inplace_view_counterpart(target)
+    if view is not None:
+        _inplace_view(state, node, view)
+        return
     written = written_arguments(target, bound) if target._schema.is_mutable or target in IMPLICIT_WRITES else ()
     if written:
         _mutating_call(state, node, target, bound)
@@ -202,6 +214,24 @@ def _call(state: _Pass, node: torch.fx.Node) -> None:
         return _Value(base.root, (*base.chain, step), base.root.version, new)
 
     _record_results(state, node, out, view_of_base)
+
+
+def _inplace_view(state: _Pass, node: torch.fx.Node, view: torch._ops.OpOverload) -> None:
+    """``x.transpose_(...)`` changes no data: from here on ``x`` (and the call's result) is the
+    view ``transpose(x, ...)`` of the same storage, so later writes through it reach the root."""
+    source = node.args[0]
+    assert isinstance(source, torch.fx.Node)
+    if source.op == "placeholder":
+        raise UnsupportedMutationError(
+            f"{node.target} changes the shape or strides of graph input {source.name}, which the caller would see; "
+            "apply it to a view (x = x.transpose(...)) instead"
+        )
+    base = state.values[source]
+    rest = tuple(node.args[1:])
+    out = state.emit(view, state.read(source), *rest, **node.kwargs)
+    value = _Value(base.root, (*base.chain, ViewStep(view, rest, tuple(sorted(node.kwargs.items())))), base.root.version, out)
+    state.values[source] = value
+    state.values[node] = value
 
 
 def _record_results(state: _Pass, node: torch.fx.Node, out: Any, make: Any) -> None:

@@ -133,6 +133,23 @@ RENAMED: dict[torch._ops.OpOverload, torch._ops.OpOverload] = {
 REFUSED = frozenset({aten.resize_.default, aten.resize_as_.default, aten.set_.source_Tensor, aten.set_.default})
 
 
+def inplace_view_counterpart(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """For an op that re-views its input in place (``transpose_``, ``t_``, ``unsqueeze_``...:
+    tagged ``inplace_view``), the view op giving the tensor's new metadata; else None."""
+    if torch.Tag.inplace_view not in target.tags or target in REFUSED:
+        return None
+    packet = getattr(aten, target._schema.name.split("::")[1].removesuffix("_"), None)
+    if packet is None:
+        return None
+    wanted = [a.name for a in target._schema.arguments]
+    for name in packet.overloads():
+        candidate = getattr(packet, name)
+        # A view op of the same arguments: transpose_.default's counterpart is transpose.int.
+        if not candidate._schema.is_mutable and [a.name for a in candidate._schema.arguments] == wanted:
+            return cast(torch._ops.OpOverload, candidate)
+    return None
+
+
 def written_arguments(target: torch._ops.OpOverload, bound: Mapping[str, Any]) -> tuple[str, ...]:
     """Names of the arguments a call writes (schema ``(a!)`` plus ``IMPLICIT_WRITES``)."""
     names = [a.name for a in target._schema.arguments if a.alias_info is not None and a.alias_info.is_write]

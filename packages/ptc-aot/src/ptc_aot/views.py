@@ -17,7 +17,7 @@ import torch.fx
 
 from ptc_spec import META_KEY
 
-from .mutations import bind, result_aliases
+from .mutations import bind, inplace_view_counterpart, result_aliases
 
 aten = torch.ops.aten
 
@@ -166,6 +166,13 @@ def alias_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Nod
             continue
         if not isinstance(target, torch._ops.OpOverload):
             continue
+        view = inplace_view_counterpart(target)
+        if view is not None and isinstance(node.args[0], torch.fx.Node) and node.args[0] in found:
+            # x.transpose_(...): x itself becomes that view, for every later use of x.
+            root, chain = found[node.args[0]]
+            step = ViewStep(view, tuple(node.args[1:]), tuple(sorted(node.kwargs.items())))
+            found[node] = found[node.args[0]] = (root, (*chain, step))
+            continue
         source = view_source(target)
         n_returns = len(target._schema.returns)
         multi = n_returns > 1 or returns_list(target)
@@ -185,8 +192,14 @@ def alias_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Nod
             written = bound.get(name) if name is not None else None
             if isinstance(written, torch.fx.Node) and written in found:
                 per_result.append(found[written])
+            elif isinstance(written, (list, tuple)) and n_returns == 1:
+                # A Tensor(a!)[] result: each element aliases the list argument's element.
+                per_result.extend(found.get(w, (node, ())) if isinstance(w, torch.fx.Node) else (node, ()) for w in written)
             else:
                 per_result.append((node, ()))
+        if multi and n_returns == 1 and len(per_result) < _count(node):
+            # A fresh Tensor[] result (unsafe_split, unbind_copy): one entry per element.
+            per_result = per_result * _count(node)
         if multi:
             items[node] = [None if r[0] is node else r for r in per_result]
         elif per_result:

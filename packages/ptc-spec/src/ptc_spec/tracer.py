@@ -240,6 +240,11 @@ class Tracer:
             # In-place and out= ops return the tensor they wrote: keep the caller's object,
             # and let later uses depend on the mutating node.
             written._node = node
+            if (written.shape, written.stride()) != (inner.shape, inner.stride()):
+                # An in-place view op (transpose_, unsqueeze_...) re-viewed the meta tensor;
+                # the wrapper's own sizes, which autograd reads, must follow.
+                with torch._C._DisableTorchDispatch():
+                    written.as_strided_(inner.shape, inner.stride(), inner.storage_offset())
             return written
         return TracedTensor(inner, node, device, self)
 
