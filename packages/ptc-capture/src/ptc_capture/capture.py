@@ -17,6 +17,7 @@ import torch
 import torch.fx
 
 from ptc_capture.config import Config, get_config
+from ptc_capture.deferred import vars_in
 from ptc_capture.errors import CaptureInternalError, GraphBreakError
 from ptc_capture.guards import Guard, Source, compile_guards
 from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
@@ -106,6 +107,7 @@ def capture_frame(
     config = config or get_config()
     cells = tuple(closure or ())
     state = _new_state(config, f_globals, f_builtins, cells)
+    state.fullgraph = fullgraph
     root = _root_frame(state, code, f_locals)
     try:
         result = run_frame(root)
@@ -186,6 +188,9 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
             found.setdefault(var.node, var)
         elif var.kind == "tuple" or var.kind in ("method", "tensor_method", "container_method"):
             _tensors_in(list(var.items), found)
+        elif var.kind == "deferred":
+            # The call runs after the graph on its tensor arguments: they are graph outputs.
+            _tensors_in(list(vars_in((var.value.args, var.value.kwargs))), found)
         elif var.kind == "list":
             _tensors_in(list(var.box.items), found)
         elif var.kind == "dict":

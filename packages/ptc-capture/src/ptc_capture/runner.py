@@ -21,6 +21,7 @@ import torch
 
 from ptc_capture import framehook
 from ptc_capture.autocast_state import AutocastExit, AutocastSwitch, apply_transition, nesting, restore
+from ptc_capture.deferred import DeferredCall
 from ptc_capture.guards import source_expr
 from ptc_capture.interpreter.state import Unsupported
 from ptc_capture.logs import channel
@@ -109,11 +110,43 @@ class RunnerSource:
             return f"{self.expr(var.items[0])}.{var.value}"
         if kind == "closure":
             return self._function(var)
+        if kind == "deferred":
+            return self._deferred(var)
         if kind == "ctx_exit" and isinstance(var.value, AutocastExit):
             return self.k(var.value)
         if kind == "ctx_exit":
             return f"{self.k(GradModeExit)}({bool(var.value)})"
         raise Unsupported(f"a {kind} value cannot be rebuilt after the graph")
+
+    def _deferred(self, var: Var) -> str:
+        # Made once, where first needed: every use (returned twice, stored and returned) is
+        # the same object, as in eager.
+        found = self.memo.get(id(var))
+        if found is not None:
+            return found
+        call: DeferredCall = var.value
+        args = [self._argument(a) for a in call.args]
+        args += [f"{name}={self._argument(a)}" for name, a in call.kwargs.items()]
+        if call.op == "call_method":
+            name = self.temp(f"{args[0]}.{call.target}({', '.join(args[1:])})")
+        else:
+            name = self.temp(f"{self.k(call.target)}({', '.join(args)})")
+        self.memo[id(var)] = name
+        return name
+
+    def _argument(self, value: Any) -> str:
+        """An argument of a deferred call: Vars, constants and containers of them."""
+        if isinstance(value, Var):
+            return self.expr(value)
+        if isinstance(value, tuple):
+            return "(" + "".join(self._argument(v) + ", " for v in value) + ")"
+        if isinstance(value, list):
+            return "[" + ", ".join(self._argument(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{self.k(key)}: {self._argument(v)}" for key, v in value.items()) + "}"
+        if isinstance(value, slice):
+            return f"slice({self._argument(value.start)}, {self._argument(value.stop)}, {self._argument(value.step)})"
+        return self.k(value)
 
     def _box(self, var: Var) -> str:
         found = self.memo.get(id(var.box))

@@ -132,7 +132,18 @@ def load_attr(frame: Frame, obj: Var, name: str) -> Var:
         return super_attr(frame, obj.items[0], obj.items[1], name)
     if kind == "userobj":
         return userobj_attr(frame, obj, name)
+    if kind == "deferred":
+        return _deferred_attr(frame, obj, name)
     raise Unsupported(f"attribute .{name} of a {kind} is not supported")
+
+
+def _deferred_attr(frame: Frame, obj: Var, name: str) -> Var:
+    # A method of a value that runs after the graph: calling it is deferred too (or a break,
+    # see graph_call); any other attribute (.shape, .dtype) needs the value now.
+    if callable(getattr(torch.Tensor, name, None)) and not name.startswith("__"):
+        return Var("tensor_method", name, items=(obj,))
+    call = obj.value
+    raise Unsupported(f"reading .{name} of the result of {call.label}, which runs after the graph ({call.why})")
 
 
 def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:

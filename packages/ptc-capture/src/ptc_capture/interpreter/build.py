@@ -6,7 +6,7 @@ import dis
 
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
-from ptc_capture.interpreter.values import as_const, sequence_items
+from ptc_capture.interpreter.values import as_const, sequence_items, unpack_deferred
 from ptc_capture.variables import DictBox, ListBox, Var, const
 
 
@@ -122,7 +122,7 @@ def _dict_update(frame: Frame, inst: dis.Instruction) -> None:
 @handler("UNPACK_SEQUENCE")
 def _unpack_sequence(frame: Frame, inst: dis.Instruction) -> None:
     value = frame.pop()
-    items = sequence_items(frame, value)
+    items = unpack_deferred(frame, value, iarg(inst)) if value.kind == "deferred" else sequence_items(frame, value)
     if len(items) != iarg(inst):
         raise Unsupported(f"cannot unpack {len(items)} values into {iarg(inst)} (ValueError in eager)")
     for item in reversed(items):

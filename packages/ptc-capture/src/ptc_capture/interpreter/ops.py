@@ -35,6 +35,11 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 }  # fmt: skip
 
 
+# Kinds that operators turn into torch calls: graph tensors, and values of calls that run after
+# the graph (deferred: graph_call defers the operator too, or breaks the graph).
+_TENSORS = ("tensor", "deferred")
+
+
 def fold(fn: Callable[..., Any], *values: Var) -> Var:
     """Apply ``fn`` to the Python values of ``values`` at trace time."""
     args = [as_const(v, getattr(fn, "__name__", "operator")) for v in values]
@@ -50,7 +55,7 @@ def binary(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
     inplace = symbol.endswith("=") and symbol not in _COMPARE
     base = symbol[:-1] if inplace else symbol
     fn = _BINARY[base]
-    if a.kind == "tensor" or b.kind == "tensor":
+    if a.kind in _TENSORS or b.kind in _TENSORS:
         if inplace and a.kind == "tensor":
             graph_call(frame, "call_method", _TENSOR_INPLACE[symbol], (a, b), {})
             return a
@@ -91,7 +96,7 @@ def _binary_op(frame: Frame, inst: dis.Instruction) -> None:
 def compare(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
     """The Var of a rich comparison."""
     fn = _COMPARE[symbol]
-    if a.kind == "tensor" or b.kind == "tensor":
+    if a.kind in _TENSORS or b.kind in _TENSORS:
         return graph_call(frame, "call_function", fn, (a, b), {})
     if symbol in ("==", "!=") and not (is_python_value(a) and is_python_value(b)):
         same = _same_object(a, b)
@@ -176,7 +181,7 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
 
 def unary(frame: Frame, fn: Callable[[Any], Any], value: Var) -> Var:
     """The Var of a unary operator."""
-    if value.kind == "tensor":
+    if value.kind in _TENSORS:
         return graph_call(frame, "call_function", fn, (value,), {})
     return fold(fn, value)
 
@@ -208,7 +213,7 @@ def _call_intrinsic_1(frame: Frame, inst: dis.Instruction) -> None:
 def getitem(frame: Frame, obj: Var, index: Var) -> Var:
     """The Var of ``obj[index]``."""
     kind = obj.kind
-    if kind == "tensor":
+    if kind in _TENSORS:
         return graph_call(frame, "call_function", operator.getitem, (obj, index), {})
     if kind in ("tuple", "list"):
         items = obj.items if kind == "tuple" else obj.box.items

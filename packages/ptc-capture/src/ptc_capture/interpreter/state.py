@@ -73,7 +73,15 @@ class CaptureState:
     """The thread's autocast nesting count when the trace began."""
     autocast_switched: bool = False
     """Whether the graph switches autocast (enters or leaves a region)."""
+    fullgraph: bool = False
+    """Whether a graph break is an error (then torch ops on deferred values are deferred too)."""
+    deferred: list[Var] = field(default_factory=list)
+    """Calls to run after the graph (see ptc_capture.deferred), in trace order."""
     steps: int = 0
+    realized: dict[int, Any] = field(default_factory=dict)
+    """id(closure Var or CellBox) -> the real function or cell made from it for a class created in the trace."""
+    closure_of: dict[int, Var] = field(default_factory=dict)
+    """id(real function made from a closure Var) -> that Var: calling the function traces the closure."""
 
     def graph_input(self, tensor: torch.Tensor, source: Source | None) -> Var:
         """Return the Var of a real tensor read from ``source`` (one placeholder per tensor object)."""

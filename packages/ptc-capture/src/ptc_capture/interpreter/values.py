@@ -8,12 +8,16 @@ from typing import Any
 
 import torch
 
+from ptc_capture.deferred import DeferredCall, deferred_in, mutates_tensors, unpacked
 from ptc_capture.graph import MetaFailure
 from ptc_capture.guards import Guard, Source
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
+from ptc_capture.logs import channel
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
-__all__ = ["as_const", "from_python", "graph_call", "has_tensor", "sequence_items", "truth"]
+__all__ = ["as_const", "from_python", "graph_call", "has_tensor", "sequence_items", "truth", "unpack_deferred"]
+
+_deferred_log = channel("graph_breaks")
 
 
 def from_python(value: Any) -> Var:
@@ -155,8 +159,49 @@ def graph_call(
     mutates: bool = False,
     factory: bool = False,
 ) -> Var:
-    """Record a torch op in the graph; a graph break when it cannot run on meta tensors."""
+    """Record a torch op in the graph, or defer it to after the graph when meta tensors cannot
+    describe its result (see ptc_capture.deferred); a graph break when neither is possible."""
+    state = frame.state
+    pending = deferred_in(args, kwargs)
+    writes = mutates_tensors(op, target, kwargs, mutates)
+    if pending:
+        first = pending[0].value
+        if not state.fullgraph or writes or factory:
+            raise Unsupported(f"{_call_label(op, target)} uses the result of {first.label}, which runs after the graph ({first.why})")
+        return _defer(state, op, target, args, kwargs, f"it takes the result of {first.label}")
+    if state.deferred and writes:
+        raise Unsupported(
+            f"{_call_label(op, target)} writes a tensor, which must not happen before {state.deferred[0].value.label}"
+            " (deferred to after the graph) reads its arguments"
+        )
     try:
-        return frame.state.graph.call(op, target, args, kwargs, frame.state.grad_enabled, mutates, factory)
+        return state.graph.call(op, target, args, kwargs, state.grad_enabled, mutates, factory)
     except MetaFailure as exc:
-        raise Unsupported(str(exc)) from exc
+        if writes or factory:
+            raise Unsupported(str(exc)) from exc
+        return _defer(state, op, target, args, kwargs, _meta_reason(exc))
+
+
+def _meta_reason(exc: MetaFailure) -> str:
+    # The meta kernel's own message can run to paragraphs; its first sentence says enough.
+    text = str(exc).split(" failed on meta tensors: ", 1)[-1].strip().splitlines()[0]
+    return f"meta tensors cannot describe its result: {text[:120]}"
+
+
+def _call_label(op: str, target: Any) -> str:
+    return f"Tensor.{target}" if op == "call_method" else getattr(target, "__name__", None) or repr(target)
+
+
+def unpack_deferred(frame: Frame, value: Var, count: int) -> list[Var]:
+    """``a, b = <deferred>``: ``count`` deferred items (the unpacking checks the length after the graph)."""
+    why = f"it unpacks the result of {value.value.label}"
+    whole = _defer(frame.state, "call_function", unpacked, (value, const(count)), {}, why)
+    return [_defer(frame.state, "call_function", operator.getitem, (whole, const(i)), {}, why) for i in range(count)]
+
+
+def _defer(state: CaptureState, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], why: str) -> Var:
+    call = DeferredCall(op, target, tuple(args), dict(kwargs), why)
+    var = Var("deferred", call)
+    state.deferred.append(var)
+    _deferred_log.debug("%s runs eagerly after the graph: %s", call.label, why)
+    return var
