@@ -332,3 +332,13 @@ def test_column_reduction_loops_over_tall_tiles_and_matches_eager() -> None:
     x = _rand(300, 40)
     compiled = check_triton(lambda x: (aten.sum.dim_IntList(x, [0]), aten.argmax.default(x, 0)), x, rtol=1e-4, atol=1e-4)
     assert [(k.style, k.strided) for k in compiled.kernels] == [("looped", True)]
+
+
+def test_a_single_element_read_under_a_block_mask_matches_eager() -> None:
+    # torch.linalg.vander: cat([ones, cumprod(x)]) with x of one element, so the second
+    # operand's load has a constant index but the cat's block mask.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        ones = aten.full.default([1, 1], 1.0, dtype=torch.float32, device=x.device)
+        return aten.cat.default([ones, aten.exp.default(x), aten.mul.Tensor(x, 2.0)], 1)
+
+    check_triton(fn, torch.randn(1, 1, device=DEVICE))

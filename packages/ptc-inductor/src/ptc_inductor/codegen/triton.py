@@ -165,7 +165,12 @@ class TritonOps:
         self.w.params.setdefault(name, None)
         mask = self.mask_for(index)
         extra = f", {mask}, other=0" if mask else ""
-        expr = f"tl.load({name} + {texpr(index)}{extra})"
+        where = texpr(index)
+        if mask and not index.free_symbols & (self.outer_syms | set(self.inner_vars)):
+            # One element read under a masked() region's block mask: Triton takes a block mask
+            # only with a block of pointers, so the pointer is widened to the mask's shape.
+            where = f"{where} + tl.zeros_like({mask}).to(tl.int32)"
+        expr = f"tl.load({name} + {where}{extra})"
         if dtype in (torch.bfloat16, torch.float16):
             expr += ".to(tl.float32)"
         value = self._emit(expr, compute_dtype(dtype))

@@ -125,8 +125,9 @@ BINARY: dict[str, Binary] = {
     "bitwise_xor": lambda a, b, dt: f"({a} ^ {b})",
     "left_shift": _shift(True),
     "right_shift": _shift(False),
-    "fmax": lambda a, b, dt: f"libdevice.fmax({a}, {b})" if _is_float(dt) else f"tl.maximum({a}, {b})",
-    "fmin": lambda a, b, dt: f"libdevice.fmin({a}, {b})" if _is_float(dt) else f"tl.minimum({a}, {b})",
+    # CUDA's libdevice has no fmax/fmin (the interpreter's does): a NaN operand yields the other.
+    "fmax": lambda a, b, dt: f"tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, tl.maximum({a}, {b})))" if _is_float(dt) else f"tl.maximum({a}, {b})",
+    "fmin": lambda a, b, dt: f"tl.where({a} != {a}, {b}, tl.where({b} != {b}, {a}, tl.minimum({a}, {b})))" if _is_float(dt) else f"tl.minimum({a}, {b})",
     "hypot": lambda a, b, dt: f"libdevice.hypot({a}, {b})",
     "logaddexp": lambda a, b, dt: f"ptc_logaddexp({a}, {b})",
     "heaviside": lambda a, b, dt: f"tl.where({a} == 0, {b}, ({a} > 0).to({b}.dtype))",
