@@ -98,3 +98,19 @@ def test_the_opset_doc_explains_fallbacks() -> None:
     from ptc_spec.docs import render_opset
 
     assert "**Fallbacks.**" in render_opset().split("## core/2", 1)[1]
+
+
+@pytest.mark.parametrize("op", [aten._trilinear.default, aten.linalg_pinv.atol_rtol_tensor, aten.select_copy.int])
+def test_ops_whose_only_kernel_is_a_non_functional_composite_can_be_fallbacks(op: torch._ops.OpOverload) -> None:
+    # CompositeExplicitAutogradNonFunctional kernels are registered for every backend, meta included.
+    assert ptc_spec.fallback_problem(op) is None
+
+
+def test_a_bilinear_fallback_runs_the_eager_kernel() -> None:
+    b = GraphBuilder("core/2")
+    x1, x2, w = b.input("x1", TensorMeta.of((2, 3))), b.input("x2", TensorMeta.of((2, 4))), b.input("w", TensorMeta.of((5, 3, 4)))
+    b.output(b.fallback(aten._trilinear.default, x1, w, x2, [1, 3], [0], [1, 2], [2, 3]))
+    gm = b.build()
+    ptc_spec.check(gm, "core/2")
+    a, c, weight = torch.randn(2, 3), torch.randn(2, 4), torch.randn(5, 3, 4)
+    assert_same(gm(a, c, weight), torch.nn.functional.bilinear(a, c, weight))

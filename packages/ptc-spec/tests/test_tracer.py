@@ -215,3 +215,35 @@ def test_traced_graph_records_aten_dialect() -> None:
     gm = trace(torch.exp, TensorMeta.of((3,)))
     assert ptc_spec.dialect_of(gm) == "aten"
     ptc_spec.check(gm, "aten")
+
+
+def _channels_last(shape: tuple[int, ...]) -> TensorMeta:
+    return TensorMeta.from_tensor(torch.empty(shape).to(memory_format=torch.channels_last))
+
+
+# torch 2.11's meta kernel for 2-d padding keeps no channels-last layout on any device.
+_PAD_META_KNOWS_CPU = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+# Ops whose eager CPU kernels return another layout than their meta kernels assume (CUDA's).
+DEVICE_LAYOUT_CASES = [
+    pytest.param(torch.linalg.eig, (TensorMeta.of((5, 5)),), id="linalg_eig"),
+    pytest.param(lambda a: torch.linalg.svd(a, full_matrices=False), (TensorMeta.of((2, 3)),), id="linalg_svd"),
+    pytest.param(torch.fft.rfftn, (TensorMeta.of((5, 6, 4)),), id="rfftn"),
+    pytest.param(lambda x: torch.fft.irfftn(torch.fft.rfftn(x)), (TensorMeta.of((5, 6, 4)),), id="irfftn"),
+    pytest.param(
+        lambda x: aten.reflection_pad2d.default(x, [1, 1, 2, 2]), (_channels_last((2, 3, 4, 5)),), id="reflection_pad2d",
+        marks=pytest.mark.skipif(not _PAD_META_KNOWS_CPU, reason="this torch's padding meta kernel ignores the device"),
+    ),
+    pytest.param(lambda x: aten.pixel_shuffle.default(x, 2), (_channels_last((1, 8, 3, 3)),), id="pixel_shuffle"),
+]
+
+
+@pytest.mark.parametrize(("fn", "inputs"), DEVICE_LAYOUT_CASES)
+def test_traced_strides_are_the_eager_kernels_of_the_traced_device(fn: Any, inputs: tuple[TensorMeta, ...]) -> None:
+    gm = trace(fn, *inputs)
+    # A CPU trace of a linalg or FFT op records eager's column-major or reordered result, not
+    # the CUDA layout a bare meta kernel assumes.
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    metas = [n.meta[META_KEY] for n in pytree.tree_leaves(out.args[0])]
+    eager = pytree.tree_leaves(tuple(fn(*examples(inputs))) if len(metas) > 1 else fn(*examples(inputs)))
+    assert [(m.shape, m.stride) for m in metas] == [(tuple(t.shape), t.stride()) for t in eager]

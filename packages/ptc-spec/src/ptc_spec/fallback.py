@@ -28,9 +28,15 @@ def mark_fallback(node: torch.fx.Node) -> torch.fx.Node:
     return node
 
 
+# The dispatch keys whose kernels run on meta tensors: a Meta kernel, or a composite one, which
+# is registered for every backend. CompositeExplicitAutogradNonFunctional kernels (_trilinear,
+# linalg_pinv) are composites too: they only stay out of functionalized graphs' decompositions.
+_META_KEYS = ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
 def _has_meta_kernel(op: torch._ops.OpOverload) -> bool:
     name = op.name()
-    for key in ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
+    for key in _META_KEYS:
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
             return True
     return False

@@ -19,6 +19,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .device_meta import run_meta
 from .dialects import check, set_dialect
 from .errors import DataDependentError, TraceError
 from .meta import META_KEY, TensorMeta
@@ -167,7 +168,7 @@ class Tracer:
         device = self._output_device(func, args, kwargs)
         meta_args, meta_kwargs = self._meta_arguments(func, args, kwargs)
         try:
-            out = func(*meta_args, **meta_kwargs)
+            out = run_meta(func, meta_args, meta_kwargs, device)
         except NotImplementedError as exc:
             raise TraceError(
                 f"{overload_name(func)} cannot run on meta tensors: its result depends on tensor values"

@@ -1,0 +1,134 @@
+"""Meta kernels told the traced device: the ops whose eager result layout depends on the device.
+
+The tracer computes every result's TensorMeta by running the op on meta tensors. A few meta
+kernels (torch's Python ones, in ``torch/_meta_registrations.py``) choose the result's strides
+by the device the eager kernel would run on, which they read from the tensor; a meta tensor
+names no such device, and they then assume CUDA. On CPU, eager's LAPACK and pocketfft kernels
+return other layouts (column-major eigenvectors and SVD factors, a different dim order for
+real FFTs), so the graph's strides would disagree with what eager gives. For those ops only,
+we run the meta kernel over tensors that report the traced device while computing on meta.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+
+_DEVICE_LAYOUT_OPS = frozenset(
+    {
+        aten._fft_c2c.default,
+        aten._fft_r2c.default,
+        aten._fft_c2r.default,
+        aten.linalg_eig.default,
+        aten._linalg_svd.default,
+        aten.reflection_pad2d.default,
+        aten.replication_pad2d.default,
+        aten.nonzero_static.default,
+        aten.pixel_shuffle.default,
+    }
+)
+"""Ops whose meta kernel picks the result layout by device (torch's ``device_hint``)."""
+
+# CUDA is what those meta kernels assume for a meta tensor, so it needs nothing done.
+_ASSUMED = ("cuda", "meta")
+
+
+class _OnDevice(torch.Tensor):
+    """A meta tensor that reports ``device``: what a device-aware meta kernel reads."""
+
+    _inner: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor, device: torch.device) -> _OnDevice:
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, inner.size(), strides=inner.stride(), storage_offset=inner.storage_offset(), dtype=inner.dtype, layout=inner.layout, device=device
+        )
+        out._inner = inner
+        return out
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+        raise RuntimeError(f"{func} reached a device-reporting meta tensor outside its meta kernel")
+
+
+class _OnDeviceMode(TorchDispatchMode):
+    """Runs each ATen call a meta kernel makes on the meta tensors inside, wrapping the results."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.device = device
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        margs, mkwargs = pytree.tree_map(_unwrap, (tuple(args), kwargs))
+        margs, mkwargs = _on_meta(func, margs, mkwargs)
+        out = func(*margs, **mkwargs)
+        written = _written_wrapper(func, args, kwargs)
+        if written is not None:
+            # ``as_strided_`` and friends re-view the meta tensor; the wrapper must follow.
+            inner = written._inner
+            with torch._C._DisableTorchDispatch():
+                written.as_strided_(inner.shape, inner.stride(), inner.storage_offset())
+            return written
+        return pytree.tree_map(lambda x: _OnDevice(x, self.device) if isinstance(x, torch.Tensor) and x.device.type == "meta" else x, out)
+
+
+def _unwrap(x: Any) -> Any:
+    if isinstance(x, _OnDevice):
+        return x._inner
+    if isinstance(x, torch.device):
+        return torch.device("meta")
+    return x
+
+
+def _on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """``func``'s arguments with its ``device`` argument set to meta (factories default to the CPU)."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name != "device":
+            continue
+        if not arg.kwarg_only and i < len(args):
+            args = (*args[:i], torch.device("meta"), *args[i + 1 :])
+        else:
+            kwargs = {**kwargs, "device": torch.device("meta")}
+    return args, kwargs
+
+
+def _written_wrapper(func: Any, args: Any, kwargs: dict[str, Any]) -> _OnDevice | None:
+    """The wrapper an in-place call wrote (and returns), if any."""
+    for i, arg in enumerate(func._schema.arguments):
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        value = args[i] if (not arg.kwarg_only and i < len(args)) else kwargs.get(arg.name)
+        if isinstance(value, _OnDevice):
+            return value
+    return None
+
+
+def run_meta(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device) -> Any:
+    """``func`` over meta tensors ``args``, with the result layout eager gives on ``device``."""
+    kernel = func.py_kernels.get(torch._C.DispatchKey.Meta) if func in _DEVICE_LAYOUT_OPS else None
+    if kernel is None or device.type in _ASSUMED:
+        return func(*args, **kwargs)
+    wargs, wkwargs = pytree.tree_map(lambda x: _OnDevice(x, device) if isinstance(x, torch.Tensor) else x, (args, kwargs))
+    try:
+        with _OnDeviceMode(device):
+            out = kernel(*wargs, **wkwargs)
+    except Exception:
+        # The plain meta kernel gives the op's own error for bad inputs (and a layout for good ones).
+        return func(*args, **kwargs)
+    if isinstance(out, tuple):
+        # A Python kernel returns a named tuple of its own; the op returns a plain one.
+        return tuple(_unwrap_result(x) for x in out)
+    return _unwrap_result(out)
+
+
+def _unwrap_result(x: Any) -> Any:
+    return x._inner if isinstance(x, _OnDevice) else x
