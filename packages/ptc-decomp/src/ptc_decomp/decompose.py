@@ -37,6 +37,7 @@ from ptc_spec import (
 from ptc_spec.errors import DialectError
 from ptc_spec.tracer import TracedTensor, Tracer, finish
 
+from .complex_values import COMPLEX_REASON, returns_complex, touches_complex
 from .config import Config, config_from_env
 from .errors import DecompositionError, InPlaceOpError, NoDecompositionError, WrongDialectError
 from .registry import Decomposition
@@ -103,12 +104,16 @@ class _Rewriter(Tracer):
 
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Record ``func`` if it is in the target set, else trace its decomposition (or fall back)."""
-        if not isinstance(func, torch._ops.OpOverload) or self.ops.in_set(func) or func in self.keep:
+        if not isinstance(func, torch._ops.OpOverload):
             return super().dispatch(func, args, kwargs)
         if not _returns_tensors(func):
             # Ops over dtypes and sizes (promote_types, result_type...) that decompositions
             # call to follow eager's promotion: the tracer computes them now, no node is made.
             return super().dispatch(func, args, kwargs)
+        if touches_complex(args, kwargs) and self.may_fall_back(func):
+            return self.fallback(func, args, kwargs, COMPLEX_REASON)
+        if self.ops.in_set(func) or func in self.keep:
+            return self.record(func, args, kwargs)
         fn = self.decompositions.get(func)
         if fn is None:
             if self.may_fall_back(func):
@@ -136,14 +141,27 @@ class _Rewriter(Tracer):
         finally:
             self.stack.pop()
 
-    def fallback(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> Any:
-        """Record ``func`` itself as a marked fallback call and return its traced results."""
+    def record(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Record ``func`` as it is; a call making a complex value from real ones (``_to_copy``
+        to complex64, ``view_as_complex``) is marked as a fallback."""
         start = self.last_node()
-        result = Tracer.dispatch(self, func, args, kwargs)
+        result = super().dispatch(func, args, kwargs)
+        if returns_complex(result) and self.may_fall_back(func):
+            self.mark_calls(func, start, COMPLEX_REASON)
+        return result
+
+    def mark_calls(self, func: torch._ops.OpOverload, start: torch.fx.Node | None, reason: str) -> None:
+        """Mark the calls of ``func`` recorded after ``start`` as fallbacks, for ``reason``."""
         for node in self.nodes_after(start):
             if node.op == "call_function" and node.target is func:
                 mark_fallback(node)
         self.fallback_reasons.setdefault(overload_name(func), reason)
+
+    def fallback(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> Any:
+        """Record ``func`` itself as a marked fallback call and return its traced results."""
+        start = self.last_node()
+        result = Tracer.dispatch(self, func, args, kwargs)
+        self.mark_calls(func, start, reason)
         return result
 
     def last_node(self) -> torch.fx.Node | None:
