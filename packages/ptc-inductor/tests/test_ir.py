@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from ptc_inductor.compiler import compile_lowered
@@ -63,3 +64,22 @@ def test_view_strides_alias_when_possible_and_refuse_otherwise() -> None:
     assert view_strides((6, 4), (1, 6), (24,)) is None
     assert view_strides((2, 3, 4), (12, 1, 3), (2, 12)) is None
     assert view_strides((2, 3, 4), (12, 4, 1), (6, 4)) == [4, 1]
+
+
+@pytest.mark.parametrize(
+    ("size", "permute", "new"),
+    [
+        ((2, 0, 3), (0, 1, 2), (0, 3, 2)),  # zero elements: eager's row-major strides, 0 counted as 1
+        ((2, 0, 3), (2, 0, 1), (3, 2, 0)),  # zero elements, same shape: the old strides
+        ((0, 3), (1, 0), (3, 1, 0)),
+        ((2, 1, 3), (1, 0, 2), (1, 6)),  # size-1 dims get the stride of their place in eager's layout
+        ((1, 1, 3), (2, 1, 0), (3, 1, 1)),
+        ((4, 3), (1, 0), (3, 1, 4, 1)),
+        ((3, 1), (1, 0), (1, 1, 3)),
+        ((1, 1), (1, 0), (1, 1, 1)),
+        ((), (), (1, 1)),
+    ],
+)
+def test_view_strides_are_eagers_for_empty_and_size_one_dims(size: tuple[int, ...], permute: tuple[int, ...], new: tuple[int, ...]) -> None:
+    base = torch.empty(size).permute(permute)
+    assert view_strides(tuple(base.shape), base.stride(), new) == list(base.view(new).stride())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 from conftest import check
 
@@ -115,3 +118,33 @@ def test_creation_ops_match_eager() -> None:
         )
 
     check(fn, x)
+
+
+# Views over zero-size and size-1 dims (unfold's and adaptive pooling's reshapes of empty
+# batches divided by a zero size), of an input buffer and of a lazy value, with eager's strides.
+EMPTY_AND_SIZE_ONE_VIEWS: list[tuple[str, Any, tuple[int, ...]]] = [
+    ("view-of-empty-input", lambda x: aten.view.default(x, [0, 3, 2]), (2, 0, 3)),
+    ("view-of-empty-permuted", lambda x: aten.view.default(aten.permute.default(x, [1, 0]), [0, 1, 3]), (0, 3)),
+    ("view-of-empty-lazy", lambda x: aten.view.default(aten.exp.default(x), [0, 3, 2]), (2, 0, 3)),
+    ("sum-of-empty-view", lambda x: aten.sum.dim_IntList(aten.view.default(x, [3, 0]), [1]), (0, 3)),
+    ("view-of-empty-slice", lambda x: aten.view.default(aten.slice.Tensor(x, 1, 2, 2), [0, 3]), (3, 4)),
+    ("view-of-empty-expand", lambda x: aten.view.default(aten.expand.default(x, [0, 3]), [3, 0]), (1, 3)),
+    ("view-with-size-one-dims", lambda x: aten.view.default(aten.permute.default(x, [1, 0, 2]), [1, 6]), (2, 1, 3)),
+    ("view-of-size-one-dims", lambda x: aten.view.default(aten.permute.default(x, [2, 1, 0]), [3, 1, 1]), (1, 1, 3)),
+    ("unsqueeze-inside", lambda x: aten.unsqueeze.default(aten.permute.default(x, [1, 0]), 1), (3, 4)),
+    ("unsqueeze-front", lambda x: aten.unsqueeze.default(x, 0), (3, 4)),
+]
+
+
+def _index_by_0_dim(x: torch.Tensor) -> torch.Tensor:
+    positions = aten.arange.start_step(0, 5, 1, dtype=torch.int64, device=torch.device("cpu"))
+    return aten.index.Tensor(x, [aten.select.int(positions, 0, 2)])
+
+
+@pytest.mark.parametrize(("name", "fn", "shape"), EMPTY_AND_SIZE_ONE_VIEWS, ids=[c[0] for c in EMPTY_AND_SIZE_ONE_VIEWS])
+def test_views_over_empty_and_size_one_dims_match_eager(name: str, fn: Any, shape: tuple[int, ...]) -> None:
+    check(fn, torch.randn(shape))
+
+
+def test_indexing_by_a_0_dim_tensor_gives_a_0_dim_result() -> None:
+    check(_index_by_0_dim, torch.randn(5))

@@ -63,6 +63,9 @@ def linear_index(index: Sequence[Expr], strides: Sequence[int], offset: int = 0)
 
 def unravel(flat: Expr, sizes: Sequence[int]) -> list[Expr]:
     """Row-major multi-index of a flat index over ``sizes``."""
+    if 0 in sizes:
+        # Nothing is ever read through an index over no elements (and Mod(q, 0) is undefined).
+        return [sympy.Integer(0)] * len(sizes)
     out: list[Expr] = []
     strides = contiguous_strides(sizes)
     for dim, (size, stride) in enumerate(zip(sizes, strides)):

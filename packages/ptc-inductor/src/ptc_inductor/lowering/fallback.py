@@ -7,6 +7,10 @@ storage. We keep the alias rather than copy it (a copy of ``unfold``'s overlappi
 can be far larger than its input): the memory plan keeps the viewed buffer alive, and out of
 the reuse pool, for as long as the view is read or returned. Their strides are found by
 running the op on meta tensors laid out as our buffers are, which may differ from eager's.
+
+A node over complex values is lowered the same way even when it is not marked: the loop IR
+has no complex type (neither the C++ nor the Triton kernels compute on complex numbers), so
+the eager kernel computes it and only the real values around it are fused.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ import re
 from typing import Any
 
 import torch
+import torch.fx
 import torch.utils._pytree as pytree
+
+from ptc_spec import META_KEY, TensorMeta, fallback_problem
 
 from ..errors import LoweringError
 from ..indexing import contiguous_strides
@@ -119,6 +126,22 @@ def _is_row_major(value: TensorValue) -> bool:
         return True  # realizing a lazy value without strides gives a row-major buffer
     want = contiguous_strides(value.size)
     return all(n == 1 or s == w for n, s, w in zip(value.size, value.view.stride, want))
+
+
+def _is_complex(x: Any) -> bool:
+    if isinstance(x, (TensorValue, TensorMeta)):
+        return x.dtype.is_complex
+    if isinstance(x, torch.dtype):
+        return x.is_complex
+    return isinstance(x, complex)
+
+
+def computes_on_complex(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+    """Whether ``node`` (an aten op that may run as a fallback) reads or makes a complex value."""
+    if not isinstance(node.target, torch._ops.OpOverload) or fallback_problem(node.target) is not None:
+        return False
+    leaves = [*pytree.tree_leaves((args, kwargs)), *pytree.tree_leaves(node.meta.get(META_KEY))]
+    return any(_is_complex(x) for x in leaves)
 
 
 def lower_fallback(ctx: LoweringContext, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], meta: Any) -> Any:

@@ -16,7 +16,7 @@ from ..config import Config
 from ..errors import LoweringError, UnsupportedOpError
 from ..ir import Buffer, BufferArg, Layout, Node, TensorValue
 from .context import LoweringContext
-from .fallback import lower_fallback, op_name
+from .fallback import computes_on_complex, lower_fallback, op_name
 from .registry import LOWERINGS
 
 META_KEY = "ptc_meta"
@@ -114,7 +114,7 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
             constants[name] = tensor
             layout = Layout(tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()), 0, False)
             env[node] = ctx.value_of_buffer(ctx.add_buffer(name, layout, "constant"))
-        elif node.op == "call_function" and is_fallback(node):
+        elif node.op == "call_function" and (is_fallback(node) or computes_on_complex(node, fetch(node.args), fetch(node.kwargs))):
             env[node] = _lower_fallback(ctx, node, fetch)
             fallbacks.append(op_name(node.target))
         elif node.op == "call_function":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import sympy
 import torch
 
 from ..indexing import Expr
@@ -72,7 +73,8 @@ def _index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue |
 
     def load(idx: Sequence[Expr]) -> Any:
         bidx = list(idx[first : first + nb])
-        src: list[Expr] = [idx[0]] * x.ndim
+        # Every dim of ``src`` is set below (a 0-dim result, x[i] with a 0-dim i, has no idx[0]).
+        src: list[Expr] = [sympy.Integer(0)] * x.ndim
         rest = list(idx[:first]) + list(idx[first + nb :])
         for d, v in zip(others, rest):
             src[d] = v

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -106,8 +107,9 @@ def _unsqueeze(ctx: LoweringContext, x: TensorValue, dim: int) -> TensorValue:
     size = list(x.size)
     size.insert(d, 1)
     def restride(st: Strides, off: int) -> Strided:
+        # Eager gives the new dim the extent of the dim it lands in front of (1 at the end).
         new_st = list(st)
-        new_st.insert(d, 1)
+        new_st.insert(d, x.size[d] * st[d] if d < x.ndim else 1)
         return new_st, off
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
@@ -160,31 +162,51 @@ def _alias(ctx: LoweringContext, x: TensorValue) -> TensorValue:
     return x
 
 
-def view_strides(old_size: Sequence[int], old_stride: Sequence[int], new_size: Sequence[int]) -> list[int] | None:
-    """Strides that let ``new_size`` alias the strided ``old`` layout, or None when a copy is needed."""
+def _stride_chunks(old_size: Sequence[int], old_stride: Sequence[int]) -> list[tuple[int, int]]:
+    """(numel, innermost stride) of each run of old dims that reads as one contiguous range, innermost first.
+
+    Size-1 dims never split a run. The innermost run starts at the last dim even when that dim
+    has size 1, so its stride is the last dim's: eager gives that stride to the new size-1 dims
+    placed there, and we match it.
+    """
     chunks: list[tuple[int, int]] = []
-    for size, stride in zip(old_size, old_stride):
-        if size == 1:
+    numel, base = 1, old_stride[-1]
+    for d in range(len(old_size) - 1, -1, -1):
+        if old_size[d] == 1:
             continue
-        if chunks and chunks[-1][1] == stride * size:
-            chunks[-1] = (chunks[-1][0] * size, stride)
-        else:
-            chunks.append((size, stride))
-    result: list[int] = []
-    ci = 0
-    remaining = chunks[0][0] if chunks else 1
-    for size in new_size:
-        if size == 1:
-            result.append(1)
-            continue
-        if ci >= len(chunks) or remaining % size != 0:
+        if old_stride[d] != numel * base:
+            chunks.append((numel, base))
+            numel, base = 1, old_stride[d]
+        numel *= old_size[d]
+    chunks.append((numel, base))
+    return chunks
+
+
+def view_strides(old_size: Sequence[int], old_stride: Sequence[int], new_size: Sequence[int]) -> list[int] | None:
+    """Eager's strides for ``new_size`` aliasing the strided ``old`` layout, or None when a copy is needed.
+
+    Each run of old dims that is contiguous in memory is split into consecutive new dims,
+    innermost first; a new size-1 dim takes the stride its position in the run would have.
+    """
+    if math.prod(old_size) == 0 or math.prod(new_size) == 0:
+        # No element is ever read: eager keeps the strides of an unchanged shape and otherwise
+        # gives row-major ones (size-0 dims counted as 1).
+        same = tuple(old_size) == tuple(new_size)
+        return list(old_stride) if same else list(contiguous_strides(new_size))
+    if not old_size:
+        return [1] * len(new_size)
+    result = [0] * len(new_size)
+    d = len(new_size) - 1
+    for numel, base in _stride_chunks(old_size, old_stride):
+        taken = 1
+        # Every new dim whose elements lie inside this run, and the size-1 dims just outside it.
+        while d >= 0 and (taken < numel or new_size[d] == 1):
+            result[d] = taken * base
+            taken *= new_size[d]
+            d -= 1
+        if taken != numel:
             return None
-        remaining //= size
-        result.append(chunks[ci][1] * remaining)
-        if remaining == 1:
-            ci += 1
-            remaining = chunks[ci][0] if ci < len(chunks) else 1
-    return result if ci >= len(chunks) else None
+    return result if d < 0 else None
 
 
 @register_lowering(aten.view.default)
