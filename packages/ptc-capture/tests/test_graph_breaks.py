@@ -242,3 +242,24 @@ def test_break_after_no_tensor_ops_compiles_no_empty_graph():
     for _ in range(2):
         compare_with_eager(compiled, _tensor_passes_through_break, torch.randn(3), 2.0)
     assert backend.count == 1, "only the part after the break has tensor operations"
+
+
+_Pair = __import__("collections").namedtuple("_Pair", "first second")
+
+
+def _make_pair(x):
+    return _Pair(x, 1)
+
+
+def _namedtuple_after_break(x):
+    print(end="")
+    return _make_pair(x)
+
+
+def test_frame_with_empty_builtins_runs_its_replacement():
+    # A namedtuple's __new__ is made by eval() with empty builtins. Called natively (the frames
+    # here have no tensor op, so they run eagerly), its own frame is captured, and the code
+    # that replaces it must not look up globals() among those builtins.
+    compiled = ptc_capture.optimize("eager")(_namedtuple_after_break)
+    for _ in range(2):
+        compare_with_eager(compiled, _namedtuple_after_break, torch.randn(3))

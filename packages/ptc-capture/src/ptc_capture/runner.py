@@ -8,6 +8,7 @@ natively and continues in a resume function.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import logging
 import math
@@ -23,6 +24,7 @@ from ptc_capture import framehook
 from ptc_capture.autocast_state import AutocastExit, AutocastSwitch, apply_transition, nesting, restore
 from ptc_capture.deferred import DeferredCall
 from ptc_capture.guards import source_expr
+from ptc_capture.interpreter.classes import made_in_trace
 from ptc_capture.interpreter.state import Unsupported
 from ptc_capture.logs import channel
 from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
@@ -60,6 +62,9 @@ class RunnerSource:
 
     def k(self, value: Any) -> str:
         """The name under which the runner sees ``value``."""
+        if made_in_trace(value):
+            # It exists only in the trace; eager makes a new one on every call.
+            raise Unsupported(f"{getattr(value, '__qualname__', type(value).__name__)} was created while tracing and cannot leave the graph")
         name = f"_k{len(self.consts)}"
         for existing, obj in self.consts.items():
             if obj is value:
@@ -369,7 +374,9 @@ def make_replacement(code: types.CodeType, runner: Callable[..., Any]) -> types.
     parts.extend(names[npos : npos + nkw])
     if code.co_flags & 0x08:
         parts.append("**" + names[index])
-    call_args = (["globals()"] if getattr(runner, "_ptc_needs_globals", True) else []) + names
+    # globals() is called as a constant, not looked up: the frame's builtins may lack it (a
+    # namedtuple's __new__ runs with empty builtins).
+    call_args = (["'__ptc_globals__'()"] if getattr(runner, "_ptc_needs_globals", True) else []) + names
     if code.co_freevars:
         free = ", ".join(code.co_freevars)
         call_args.append(f"(lambda: ({free},)).__closure__")
@@ -387,7 +394,8 @@ def make_replacement(code: types.CodeType, runner: Callable[..., Any]) -> types.
         warnings.simplefilter("ignore", SyntaxWarning)
         module_code = compile(text, code.co_filename, "exec")
     inner = _find_code(module_code, code.co_freevars)
-    consts = tuple(runner if c == "__ptc_runner__" else c for c in inner.co_consts)
+    substitutes = {"__ptc_runner__": runner, "__ptc_globals__": builtins.globals}
+    consts = tuple(substitutes.get(c, c) if isinstance(c, str) else c for c in inner.co_consts)
     replacement = inner.replace(co_consts=consts, co_name=code.co_name, co_qualname=code.co_qualname)
     if replacement.co_freevars != code.co_freevars:
         raise Unsupported("could not reproduce the frame's free variables")

@@ -1,6 +1,18 @@
 """The symbolic bytecode interpreter: handler families register themselves into loop.HANDLERS."""
 
-from ptc_capture.interpreter import attrs, autocast, build, builtins, calls, containers, control, objects, ops, stack  # noqa: F401  (registration)
+from ptc_capture.interpreter import (  # noqa: F401  (registration)
+    attrs,
+    autocast,
+    build,
+    builtins,
+    calls,
+    classes,
+    containers,
+    control,
+    objects,
+    ops,
+    stack,
+)
 from ptc_capture.interpreter.loop import HANDLERS, StopAt, handler, run_frame
 from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported, UserLocation
 

@@ -11,6 +11,7 @@ import torch
 
 from ptc_capture.guards import Source
 from ptc_capture.interpreter.calls import BUILTINS
+from ptc_capture.interpreter.classes import made_in_trace, unwrap_descriptor
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.objects import store_attr
 from ptc_capture.interpreter.state import Frame, Unsupported
@@ -64,6 +65,10 @@ def tensor_attr(frame: Frame, obj: Var, name: str) -> Var:
 
 
 def _stable_module(value: Any) -> bool:
+    # torch.Tensor's attributes (its methods, read unbound) and the overloads of a torch.ops
+    # packet are as fixed as torch's functions.
+    if value is torch.Tensor or isinstance(value, torch._ops.OpOverloadPacket):
+        return True
     return isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _STABLE_MODULE_PREFIXES
 
 
@@ -94,6 +99,9 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
     if _stable_module(value):
         # Functions of torch, math and friends are not expected to be monkey-patched per call.
         return frame.state.wrap(attr, None) if not isinstance(attr, torch.Tensor) else _unsupported_tensor(name)
+    if made_in_trace(value):
+        # A class created in this trace: only the trace can change it.
+        return frame.state.wrap(attr, None)
     source = None
     if obj.source is not None:
         source = Source("raw_attr", name, obj.source) if generic else obj.source.attr(name)
@@ -165,6 +173,9 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
         raise Unsupported(f"{obj.value.__name__} object has no attribute {name!r} (AttributeError in eager)")
     if isinstance(attr, types.FunctionType):
         return Var("method", attr, items=(obj,))
+    unwrapped = unwrap_descriptor(frame, frame.state.wrap(obj.value, None), attr)
+    if unwrapped is not None:
+        return unwrapped
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
         from ptc_capture.interpreter.calls import inline_function
 

@@ -13,6 +13,7 @@ import torch
 
 from ptc_capture.autocast_state import AutocastExit
 from ptc_capture.guards import Source
+from ptc_capture.interpreter.dispatcher_ops import binding_op, dispatcher_call, is_dispatcher_op
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
 from ptc_capture.interpreter.values import as_const, from_python, graph_call, has_tensor, sequence_items
@@ -216,6 +217,11 @@ def inline(
 def inline_function(frame: Frame, fn: types.FunctionType, source: Source | None, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Inline a real Python function (its defaults and closure are read through ``source``)."""
     state = frame.state
+    traced = state.closure_of.get(id(fn))
+    if traced is not None:
+        # Made from a closure of the trace for a class created in it (interpreter/classes.py):
+        # its real cells are a snapshot, the closure has the traced ones.
+        return _call_closure(frame, traced, args, kwargs)
     defaults = tuple(
         state.wrap(v, source.attr("__defaults__").item(i) if source else None) for i, v in enumerate(fn.__defaults__ or ())
     )
@@ -252,6 +258,27 @@ _PURE_TORCH = {
 }  # fmt: skip
 
 
+_FACTORIES: dict[int, bool] = {}
+
+
+def _is_factory(fn: Any) -> bool:
+    """Whether a torch function called without tensors makes one: its aten schemas take a device.
+
+    Functions of sizes and scalars (torch.broadcast_shapes) are not factories and fold at trace
+    time; a Python function is never one (factories are C bindings); an unknown binding is
+    taken for one, whose meta run then says whether it is.
+    """
+    found = _FACTORIES.get(id(fn))
+    if found is None:
+        if isinstance(fn, types.FunctionType):
+            found = False
+        else:
+            schemas = torch._C._jit_get_schemas_for_operator(f"aten::{getattr(fn, '__name__', '')}")
+            found = not schemas or any(arg.name == "device" for schema in schemas for arg in schema.arguments)
+        _FACTORIES[id(fn)] = found
+    return found
+
+
 def torch_call(frame: Frame, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Record a call of a torch function (or fold it when it is pure and sees no tensor)."""
     module = getattr(fn, "__module__", None) or ""
@@ -263,7 +290,7 @@ def torch_call(frame: Frame, fn: Any, args: list[Var], kwargs: dict[str, Var]) -
         except Exception as exc:
             raise Unsupported(f"{fn.__name__} raised {type(exc).__name__} at trace time") from exc
     if not has_tensor(args) and not has_tensor(kwargs):
-        if id(fn) in _PURE_TORCH:
+        if id(fn) in _PURE_TORCH or not _is_factory(fn):
             try:
                 return from_python(fn(*[as_const(a, "an argument") for a in args], **{k: as_const(v, "an argument") for k, v in kwargs.items()}))
             except Exception as exc:
@@ -282,7 +309,17 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         return builtin(frame, fn, args, kwargs)
     if id(value) in ALLOW_IN_GRAPH:
         return graph_call(frame, "call_function", value, tuple(args), kwargs)
+    if is_dispatcher_op(value):
+        return dispatcher_call(frame, value, args, kwargs)
+    method = tensor_method_name(value)
+    if method is not None and args and args[0].kind == "tensor":
+        # torch.Tensor.add_(x, y) is x.add_(y): the same rules (in-place results, effects).
+        return _call_tensor_method(frame, Var("tensor_method", method, items=(args[0],)), args[1:], kwargs)
     if is_graph_target(value):
+        if isinstance(value, types.FunctionType) and not all(_graph_argument(v) for v in [*args, *kwargs.values()]):
+            # A node cannot take a module, function or object (F.triplet_margin_with_distance_loss's
+            # distance_function), but a torch function written in Python can be traced through.
+            return inline_function(frame, value, fn.source, args, kwargs)
         return torch_call(frame, value, args, kwargs)
     if isinstance(value, types.FunctionType):
         return inline_function(frame, value, fn.source, args, kwargs)
@@ -305,7 +342,34 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
     call_impl = next((k.__dict__["__call__"] for k in type(value).__mro__ if "__call__" in k.__dict__), None)
     if isinstance(call_impl, types.FunctionType) and fn.source is not None:
         return inline_function(frame, call_impl, None, [fn, *args], kwargs)
+    packet = binding_op(value)
+    if packet is not None:
+        return dispatcher_call(frame, packet, args, kwargs)
     raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
+
+
+def _graph_argument(var: Var) -> bool:
+    """Whether ``var`` can be an argument of a graph node (tensors, constants, and tuples and lists of them)."""
+    if var.kind == "tuple":
+        return all(_graph_argument(v) for v in var.items)
+    if var.kind == "list":
+        return all(_graph_argument(v) for v in var.box.items)
+    # "deferred": a call run after the graph (ptc_capture.deferred), which graph_call handles.
+    return var.kind in ("tensor", "const", "deferred")
+
+
+def tensor_method_name(value: Any) -> str | None:
+    """The name of ``value`` when it is a method of torch.Tensor read from the class (unbound), else None."""
+    name = getattr(value, "__name__", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        found = inspect.getattr_static(torch.Tensor, name)
+    except AttributeError:
+        return None
+    # Static methods (Tensor._make_subclass) read through the class are not this; they are
+    # stored wrapped, so the raw class attribute is not the value read.
+    return name if found is value else None
 
 
 def _make_namedtuple(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -378,6 +442,11 @@ def _same_func(self_var: Var, func: Any) -> bool:
 @caller("tensor_method")
 def _call_tensor_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     name = fn.value
+    if not is_graph_target(getattr(torch.Tensor, name, None)):
+        # A method graphs may not name (private ones): the aten op it binds, if there is one.
+        packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
+        if packet is not None:
+            return dispatcher_call(frame, packet, [fn.items[0], *args], kwargs)
     result = graph_call(frame, "call_method", name, (fn.items[0], *args), kwargs)
     if result.kind == "const" and result.value is None:
         if not name.endswith("_"):

@@ -137,7 +137,7 @@ def load_cell(frame: Frame, name: str) -> Var:
     return box.contents
 
 
-@handler("LOAD_DEREF", "LOAD_CLASSDEREF")
+@handler("LOAD_DEREF")
 def _load_deref(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(load_cell(frame, inst.argval))
 
@@ -208,11 +208,6 @@ def load_global(frame: Frame, name: str) -> Var:
 def _load_global(frame: Frame, inst: dis.Instruction) -> None:
     if iarg(inst) & 1:
         frame.push(NULL)
-    frame.push(load_global(frame, inst.argval))
-
-
-@handler("LOAD_NAME")
-def _load_name(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(load_global(frame, inst.argval))
 
 

@@ -1,0 +1,87 @@
+"""Calls of torch functions and Tensor methods in forms other than ``torch.f(tensor)`` and ``tensor.m()``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ptc_capture_testing import CountingBackend, needs_hook
+
+import ptc_capture
+from ptc_spec.testing import compare_with_eager
+
+pytestmark = needs_hook
+
+
+def _unbound_methods(x, y):
+    z = torch.Tensor.mul(x, 2)
+    torch.Tensor.add_(z, y)
+    return torch.Tensor.sum(z, dim=1), z
+
+
+def test_unbound_tensor_method_is_the_bound_call():
+    backend = CountingBackend()
+    compare_with_eager(
+        ptc_capture.optimize(backend, fullgraph=True)(_unbound_methods),
+        _unbound_methods,
+        torch.randn(3, 4),
+        torch.randn(3, 4),
+    )
+    assert backend.ops() == ["mul", "add_", "sum"]
+
+
+@pytest.mark.parametrize("method", [torch.Tensor.cauchy_, torch.Tensor.uniform_, torch.Tensor.exponential_])
+def test_unbound_random_in_place_method_matches_eager(method):
+    def fn(x):
+        return method(x) * 2
+
+    def seeded(run):
+        def call(x):
+            torch.manual_seed(0)
+            return run(x)
+
+        return call
+
+    backend = CountingBackend()
+    compare_with_eager(seeded(ptc_capture.optimize(backend, fullgraph=True)(fn)), seeded(fn), torch.empty(5, 3))
+    assert backend.ops()[0] == method.__name__
+
+
+class _Manhattan(torch.nn.Module):
+    def forward(self, a, b):
+        return (a - b).abs().sum(-1)
+
+
+_MANHATTAN = _Manhattan()
+
+
+def _with_module_distance(a, p, n):
+    return F.triplet_margin_with_distance_loss(a, p, n, distance_function=_MANHATTAN, swap=True)
+
+
+def _with_function_distance(a, p, n):
+    return F.triplet_margin_with_distance_loss(a, p, n, distance_function=lambda u, v: (u - v).pow(2).sum(-1))
+
+
+@pytest.mark.parametrize("fn", [_with_module_distance, _with_function_distance], ids=["module", "function"])
+def test_torch_python_function_taking_a_callable_is_traced_through(fn):
+    backend = CountingBackend()
+    a, p, n = torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6)
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(fn), fn, a, p, n)
+    assert "triplet_margin_with_distance_loss" not in backend.ops()
+
+
+def _broadcast_shapes(x, y):
+    shape = torch.broadcast_shapes(x.shape, y.shape, (1, 1))
+    return x.expand(shape) + y, shape
+
+
+def test_broadcast_shapes_folds_at_trace_time():
+    backend = CountingBackend()
+    compare_with_eager(
+        ptc_capture.optimize(backend, fullgraph=True)(_broadcast_shapes),
+        _broadcast_shapes,
+        torch.randn(3, 1),
+        torch.randn(4),
+    )
+    assert backend.ops() == ["expand", "add"]
