@@ -252,3 +252,37 @@ def test_composite_non_functional_kernels_run_as_fallbacks(fn: Any, inputs: tupl
     assert op in _fallbacks(out)
     args = [torch.randn(s, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(inputs)]
     assert_same(out(*args), fn(*args), check_stride=True)
+
+
+def _addbmm_graph(dtype: torch.dtype) -> torch.fx.GraphModule:
+    shapes = [(3, 5), (16, 3, 4), (16, 4, 5)]
+    return ptc_spec.trace(lambda a, b, c: torch.addbmm(a, b, c, beta=0.5), *[TensorMeta.of(s, dtype=dtype) for s in shapes])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_addbmm_keeps_eagers_kernel_and_numbers(dtype: torch.dtype) -> None:
+    # Eager rounds after each batch's product; the folded mm rounds once (off by more than
+    # bf16's tolerance over 16 batches), so the decomposition declines and the op falls back.
+    gm = _addbmm_graph(dtype)
+    out = decompose(gm)
+    assert out.meta[FALLBACKS_KEY] == ["aten.addbmm.default"]
+    args = [torch.randn(s).to(dtype) for s in [(3, 5), (16, 3, 4), (16, 4, 5)]]
+    assert torch.equal(out(*args), torch.addbmm(*args, beta=0.5))
+    # Without fallbacks it still decomposes (into float32 arithmetic).
+    assert FALLBACKS_KEY not in decompose(gm, strict=True).meta
+    assert FALLBACKS_KEY not in decompose(_addbmm_graph(torch.float32)).meta
+
+
+def _declining_gelu(self: torch.Tensor, approximate: str = "none") -> Any:
+    aten.mul.Tensor(self, 3.0)  # recorded, then dropped when the decomposition declines
+    return NotImplemented
+
+
+def test_a_declining_decomposition_leaves_its_op_to_the_eager_kernel_only_where_allowed() -> None:
+    gm = ptc_spec.trace(lambda x: torch.nn.functional.gelu(x) * 2, TensorMeta.of((3, 4)))
+    declining = dict(table())
+    declining[aten.gelu.default] = _declining_gelu
+    out = decompose(gm, table=declining)
+    assert [n.target for n in out.graph.nodes if n.op == "call_function"] == [aten.gelu.default, aten.mul.Tensor]
+    with pytest.raises(DecompositionError, match=r"declined \(returned NotImplemented\) though it may not"):
+        decompose(gm, table=declining, strict=True)

@@ -4,7 +4,7 @@ from .config import Config, config_from_env
 from .decompose import FALLBACKS_KEY, KEPT_KEY, SOURCE_KEY, decompose
 from .errors import DecompositionError, InPlaceOpError, NoDecompositionError, PtcDecompError, WrongDialectError
 from .promotion import result_type
-from .registry import Decomposition, register_decomposition, registered, table
+from .registry import Decomposition, may_decline, register_decomposition, registered, table
 
 __version__ = "0.1.0"
 
@@ -21,6 +21,7 @@ __all__ = [
     "WrongDialectError",
     "config_from_env",
     "decompose",
+    "may_decline",
     "register_decomposition",
     "registered",
     "result_type",

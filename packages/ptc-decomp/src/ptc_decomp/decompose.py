@@ -40,7 +40,7 @@ from ptc_spec.tracer import TracedTensor, Tracer, finish
 from .complex_values import COMPLEX_REASON, returns_complex, touches_complex
 from .config import Config, config_from_env
 from .errors import DecompositionError, InPlaceOpError, NoDecompositionError, WrongDialectError
-from .registry import Decomposition
+from .registry import Decomposition, declining
 from .registry import table as default_table
 
 log = logging.getLogger("ptc.decomp.rewrite")
@@ -129,8 +129,17 @@ class _Rewriter(Tracer):
         start = self.last_node()
         self.stack.append(func)
         try:
-            with _Mode(self):
-                return fn(*args, **kwargs)
+            with _Mode(self), declining(self.may_fall_back(func)):
+                result = fn(*args, **kwargs)
+            if result is NotImplemented:
+                if not self.may_fall_back(func):
+                    raise DecompositionError(
+                        f"the decomposition of {overload_name(func)} declined (returned NotImplemented) though it may not:"
+                        " check ptc_decomp.may_decline() before declining"
+                    )
+                self.erase_after(start)
+                return self.fallback(func, args, kwargs, "its decomposition leaves this form to the eager kernel")
+            return result
         except InPlaceOpError:
             raise
         except Exception as exc:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -25,6 +27,30 @@ class Registered:
     op: torch._ops.OpOverload
     fn: Decomposition
     kind: str
+
+
+# Whether the decomposition being traced may decline (return NotImplemented) because its op can
+# run as a fallback instead: set by decompose() around each decomposition call.
+_MAY_DECLINE: ContextVar[bool] = ContextVar("ptc_decomp_may_decline", default=False)
+
+
+def may_decline() -> bool:
+    """True when a decomposition may return NotImplemented to leave its op to the eager kernel.
+
+    Decompositions decline forms whose eager rounding they cannot reproduce without cost
+    (addbmm's per-batch rounding in bf16); without fallbacks they must decompose anyway.
+    """
+    return _MAY_DECLINE.get()
+
+
+@contextmanager
+def declining(allowed: bool) -> Iterator[None]:
+    """Set what :func:`may_decline` answers inside the block."""
+    token = _MAY_DECLINE.set(allowed)
+    try:
+        yield
+    finally:
+        _MAY_DECLINE.reset(token)
 
 
 # The one mutable registry of the package, filled at import time of ptc_decomp.decomps.

@@ -10,7 +10,7 @@ import torch
 
 from ..dims import reshape
 from ..promotion import cast, upcast
-from ..registry import register_decomposition
+from ..registry import may_decline, register_decomposition
 
 aten = torch.ops.aten
 
@@ -121,7 +121,12 @@ def addr(self: torch.Tensor, vec1: torch.Tensor, vec2: torch.Tensor, *, beta: An
 @register_decomposition(aten.addbmm.default)
 def addbmm(self: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *, beta: Any = 1, alpha: Any = 1) -> torch.Tensor:
     """beta * self + alpha * sum over the batch of batch1 @ batch2."""
-    # One mm over the batch folded into the inner dim accumulates once, as eager does.
+    if batch1.dtype in (torch.bfloat16, torch.float16) and may_decline():
+        # Eager adds one batch's product at a time into the low-precision result, rounding
+        # after each; the single mm below rounds once, which differs by more than bf16's
+        # tolerance over a few batches. The eager kernel keeps eager's numbers.
+        return NotImplemented
+    # One mm over the batch folded into the inner dim accumulates once, as eager does in float32.
     b, n, k = batch1.shape
     left = reshape(aten.permute.default(batch1, [1, 0, 2]), [n, b * k])
     right = reshape(batch2, [b * k, batch2.shape[2]])
