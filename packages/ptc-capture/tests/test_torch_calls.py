@@ -85,3 +85,14 @@ def test_broadcast_shapes_folds_at_trace_time():
         torch.randn(4),
     )
     assert backend.ops() == ["expand", "add"]
+
+
+def _parts(z, x):
+    return z.real * 2, z.imag + 1, x.real + 1
+
+
+def test_real_and_imag_attributes_are_graph_ops():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_parts)
+    compare_with_eager(compiled, _parts, torch.randn(3, 4, dtype=torch.complex64), torch.randn(3))
+    assert backend.count == 1

@@ -39,7 +39,6 @@ _TENSOR_OP_ATTRS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "mT": ("transpose", (-2, -1)),
     "H": ("adjoint", ()),
     "mH": ("adjoint", ()),
-    "real": ("__getattribute__", ("real",)),
 }
 
 _STABLE_MODULE_PREFIXES = ("torch", "math", "operator", "builtins", "functools", "itertools", "collections")
@@ -58,6 +57,9 @@ def tensor_attr(frame: Frame, obj: Var, name: str) -> Var:
     if name in ("mT", "H", "mH"):
         method, args = _TENSOR_OP_ATTRS[name]
         return graph_call(frame, "call_method", method, (obj, *[const(a) for a in args]), {})
+    if name in ("real", "imag"):
+        # Views of a complex tensor's parts (real of a real tensor is itself; imag raises).
+        return graph_call(frame, "call_function", getattr(torch, name), (obj,), {})
     attr = getattr(torch.Tensor, name, None)
     if callable(attr):
         return Var("tensor_method", name, items=(obj,))
