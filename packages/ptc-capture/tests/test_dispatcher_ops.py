@@ -90,12 +90,20 @@ def _define_twice(namespace: str) -> None:
         return torch.empty_like(x)
 
 
-_define_twice("ptc_capture_unlisted")
 _define_twice("ptc_capture_listed")
 
 
+@torch.library.custom_op("ptc_capture_unlisted::double_", mutates_args=("x",))
+def _double_(x: torch.Tensor) -> None:
+    x.mul_(2)
+
+
 def _unlisted_op(x):
-    return torch.ops.ptc_capture_unlisted.twice(x) + 1
+    # A custom op that writes its input cannot be a fallback, so its namespace is not allowed
+    # on the way (functional custom ops with a fake kernel are: see the end of this file).
+    y = x + 1
+    torch.ops.ptc_capture_unlisted.double_(y)
+    return y
 
 
 def _listed_op(x):
@@ -113,3 +121,26 @@ def test_op_of_a_registered_namespace_is_a_node():
     backend = CountingBackend()
     compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_listed_op), _listed_op, torch.randn(3))
     assert overload in [n.target for n in backend.graphs[0].graph.nodes]
+
+
+@torch.library.custom_op("ptc_capture_tests::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _calls_custom_op(x):
+    return torch.ops.ptc_capture_tests.twice(x.sin()) + _twice(x)
+
+
+def test_a_users_custom_op_is_one_node_and_its_namespace_is_allowed_in_graph_files():
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_calls_custom_op), _calls_custom_op, torch.randn(3, 4))
+    (gm,) = backend.graphs
+    op = torch.ops.ptc_capture_tests.twice.default
+    assert [n.target for n in gm.graph.nodes if n.target is op] == [op, op]
+    assert ptc_spec.loads(ptc_spec.dumps(gm)) is not None

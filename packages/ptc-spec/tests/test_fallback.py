@@ -77,7 +77,7 @@ def test_multi_output_fallbacks_mark_the_call_not_its_items() -> None:
 
 @pytest.mark.parametrize(
     ("op", "reason"),
-    [(aten.add_.Tensor, "writes one of its inputs"), (torch.ops.ptc.rand.default, "only aten overloads")],
+    [(aten.add_.Tensor, "writes one of its inputs"), (torch.ops.ptc.rand.default, "only aten and custom")],
 )
 def test_ops_that_cannot_be_fallbacks_are_refused_with_the_reason(op: torch._ops.OpOverload, reason: str) -> None:
     assert reason in (ptc_spec.fallback_problem(op) or "")
@@ -114,3 +114,27 @@ def test_a_bilinear_fallback_runs_the_eager_kernel() -> None:
     ptc_spec.check(gm, "core/2")
     a, c, weight = torch.randn(2, 3), torch.randn(2, 4), torch.randn(5, 3, 4)
     assert_same(gm(a, c, weight), torch.nn.functional.bilinear(a, c, weight))
+
+
+@torch.library.custom_op("ptc_spec_tests::halve", mutates_args=())
+def _halve(x: torch.Tensor) -> torch.Tensor:
+    return x / 2
+
+
+@_halve.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_a_custom_op_of_an_allowed_namespace_is_an_aten_node_and_a_fallback() -> None:
+    op = torch.ops.ptc_spec_tests.halve.default
+    assert ptc_spec.fallback_problem(op) is None
+    with pytest.raises(DialectError, match="must be registered with allow_target"):
+        GraphBuilder("aten").call(op, GraphBuilder("aten").input("x", TensorMeta.of((3,))))
+    ptc_spec.allow_target(op, "ptc_spec_tests.halve.default")
+    b = GraphBuilder("core/2")
+    b.output(b.fallback(op, b.input("x", TensorMeta.of((3,)))))
+    gm = ptc_spec.loads(ptc_spec.dumps(b.build()))
+    ptc_spec.check(gm, "core/2")
+    t = torch.randn(3)
+    assert_same(gm(t), t / 2)

@@ -287,3 +287,14 @@ def test_roundtrip_detects_a_difference(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(ser, "loads", tampered)
     with pytest.raises(BoundaryError, match="changed when serialized"):
         ser.roundtrip(gm)
+
+
+@pytest.mark.parametrize("method", ["__rdiv__", "__idiv__", "__ipow__", "__rlshift__"])
+def test_every_arithmetic_dunder_a_tensor_has_round_trips(method: str) -> None:
+    # Capture records torch.Tensor.__rdiv__(x, y) as this method call.
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output(g.call_method(method, (x, 2)))
+    gm = torch.fx.GraphModule({}, g)
+    loaded = ptc_spec.loads(ptc_spec.dumps(gm))
+    assert [n.target for n in loaded.graph.nodes if n.op == "call_method"] == [method]

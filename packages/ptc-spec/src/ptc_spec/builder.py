@@ -14,6 +14,7 @@ from .fallback import fallback_problem, mark_fallback
 from .meta import TensorMeta
 from .opset import opset, overload_name
 from .tracer import TracedTensor, Tracer, finish
+from .targets import is_allowed_target
 
 
 class GraphBuilder:
@@ -120,8 +121,10 @@ class GraphBuilder:
         if not isinstance(op, torch._ops.OpOverload):
             raise DialectError(f"{op!r} is not an ATen overload; pass e.g. torch.ops.aten.add.Tensor")
         if self.dialect == "aten":
-            if op.namespace not in ("aten", "ptc"):
-                raise DialectError(f"{overload_name(op)} is not in the aten dialect")
+            if not is_allowed_target(op):
+                raise DialectError(
+                    f"{overload_name(op)} is not in the aten dialect; a custom op's namespace must be registered with allow_target"
+                )
             return
         if not opset(self.dialect).in_set(op):
             raise DialectError(

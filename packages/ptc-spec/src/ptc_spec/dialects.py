@@ -12,7 +12,7 @@ import torch.fx
 from .errors import DialectError, SerializationError, UnsupportedDialectError
 from .fallback import fallback_problem, is_fallback
 from .opset import OPSETS, opset, overload_name
-from .targets import is_allowed_method, target_name
+from .targets import is_allowed_method, is_allowed_target, target_name
 
 DIALECT_KEY = "ptc_dialect"
 """Key of ``GraphModule.meta`` holding the graph's dialect name."""
@@ -77,7 +77,9 @@ def _node_label(node: torch.fx.Node) -> str:
 
 def _is_aten_target(target: object) -> bool:
     if isinstance(target, torch._ops.OpOverload):
-        return target.namespace in ("aten", "ptc")
+        # aten and ptc ops, and custom ops of namespaces registered with allow_target (a user's
+        # torch.library ops), which the aten dialect carries as they are and core/N as fallbacks.
+        return is_allowed_target(target)
     return target in _SIZE_ARITHMETIC
 
 

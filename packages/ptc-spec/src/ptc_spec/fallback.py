@@ -4,7 +4,8 @@ From ``core/2`` on, a graph may call an aten overload outside the op set when th
 marked with ``node.meta[FALLBACK_KEY] = True``. The mark is part of the graph file (node
 metadata under a ``ptc_`` key), so it crosses every boundary. Only functional overloads with a
 meta kernel qualify: the backend must know each output's shape without running the op, and a
-fallback never writes its inputs.
+fallback never writes its inputs. Custom ops (``torch.library``, with a fake kernel) qualify the
+same way; a graph file names them once their namespace is allowed (``allow_target``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def _has_meta_kernel(op: torch._ops.OpOverload) -> bool:
 
 def fallback_problem(target: object) -> str | None:
     """Why ``target`` cannot be a fallback call, or None when it can."""
-    if not isinstance(target, torch._ops.OpOverload) or target.namespace != "aten":
-        return "only aten overloads can be fallbacks"
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace == "ptc":
+        return "only aten and custom (torch.library) op overloads can be fallbacks"
     if target._schema.is_mutable:
         return "it writes one of its inputs, and fallbacks must be functional"
     if not _has_meta_kernel(target):

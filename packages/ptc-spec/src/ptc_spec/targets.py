@@ -48,7 +48,8 @@ _METHOD_DUNDERS = {
     "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__matmul__",
     "__rmatmul__", "__neg__", "__pos__", "__abs__", "__invert__", "__and__", "__rand__",
     "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__", "__rshift__", "__eq__", "__ne__",
-    "__lt__", "__le__", "__gt__", "__ge__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__div__", "__rdiv__", "__idiv__", "__ifloordiv__", "__imod__",
+    "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__rlshift__", "__rrshift__",
 }
 
 

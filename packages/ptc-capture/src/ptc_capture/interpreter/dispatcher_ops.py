@@ -1,7 +1,8 @@
 """Calls of dispatcher ops: ``torch.ops`` packets and overloads, and torch's C bindings off the allow-list.
 
 A graph may call any op overload of an allowed namespace (``aten``, ``ptc``, or one registered with
-``ptc_spec.allow_target``), so these calls become one node calling an ``OpOverload``:
+``ptc_spec.allow_target``; a functional custom op with a meta kernel that user code calls has
+its namespace registered on the way), so these calls become one node calling an ``OpOverload``:
 
 - an overload (``torch.ops.aten.add.Tensor``) is recorded as it is;
 - a packet (``torch.ops.aten.add``) is resolved to the overload eager would run, by the same
@@ -24,7 +25,7 @@ import torch
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call, has_tensor
 from ptc_capture.variables import Var, python_value
-from ptc_spec import is_allowed_target
+from ptc_spec import allow_target, fallback_problem, is_allowed_target, overload_name
 
 __all__ = ["binding_op", "dispatcher_call", "is_dispatcher_op"]
 
@@ -60,6 +61,10 @@ def binding_op(value: Any) -> Any:
 def dispatcher_call(frame: Frame, op: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Record a call of an op packet or overload (a graph break when it has no allowed overload or no meta kernel)."""
     overload = _resolve(op, args, kwargs) if isinstance(op, torch._ops.OpOverloadPacket) else op
+    if not is_allowed_target(overload) and fallback_problem(overload) is None:
+        # A custom op (torch.library) the user's code calls: functional, with a meta (fake)
+        # kernel, so every stage can carry it and the backend runs it as its eager kernel.
+        allow_target(overload, overload_name(overload))
     if not is_allowed_target(overload):
         raise Unsupported(
             f"op {overload.name()} is in namespace {overload.namespace!r}, which graph files do not allow;"
