@@ -13,8 +13,8 @@ from .errors import DialectError
 from .fallback import fallback_problem, mark_fallback
 from .meta import TensorMeta
 from .opset import opset, overload_name
-from .tracer import TracedTensor, Tracer, finish
 from .targets import is_allowed_target
+from .tracer import TracedTensor, Tracer, finish
 
 
 class GraphBuilder:
