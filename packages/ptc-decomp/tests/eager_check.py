@@ -19,6 +19,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import ptc_spec
 from ptc_decomp import InPlaceOpError, decompose
 from ptc_spec import GraphBuilder, TensorMeta
 from ptc_spec.testing import assert_same
@@ -153,14 +154,16 @@ def _degenerate_layer_norm(func: Any, args: tuple[Any, ...]) -> bool:
 
 
 def _meta_dtypes(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[torch.dtype | None]:
+    # What a traced graph records for this call on the tensors' device (ptc_spec.run_meta).
+    device = next(a.device for a in pytree.tree_leaves((args, dict(kwargs))) if isinstance(a, torch.Tensor))
     meta_args, meta_kwargs = pytree.tree_map(lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, (args, dict(kwargs)))
-    return [t.dtype if isinstance(t, torch.Tensor) else None for t in _normalize(func(*meta_args, **meta_kwargs))]
+    return [t.dtype if isinstance(t, torch.Tensor) else None for t in _normalize(ptc_spec.run_meta(func, meta_args, meta_kwargs, device))]
 
 
 def _follow_meta(func: Any, actual: list[Any], expected: list[Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
-    """Check ``actual`` has the meta kernel's dtypes, and return it rounded to ``expected``'s."""
+    """Check ``actual`` has the traced graph's dtypes, and return it rounded to ``expected``'s."""
     dtypes = [t.dtype if isinstance(t, torch.Tensor) else None for t in actual]
-    assert dtypes == _meta_dtypes(func, args, kwargs), f"{func}: dtypes {dtypes} differ from the meta kernel's"
+    assert dtypes == _meta_dtypes(func, args, kwargs), f"{func}: dtypes {dtypes} differ from the traced graph's"
     return [a.to(e.dtype) if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) else a for a, e in zip(actual, expected)]
 
 

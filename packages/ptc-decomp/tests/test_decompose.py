@@ -186,20 +186,22 @@ def test_tensor_constants_are_carried_over() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_reduced_precision_layer_norm_keeps_float32_statistics(dtype: torch.dtype) -> None:
-    # The traced graph says float32 mean/rstd (the meta kernel, as CUDA does); a decomposition
-    # rounding them to the input dtype failed every bfloat16 model on the GPU.
+def test_reduced_precision_layer_norm_statistics_have_the_devices_dtype(dtype: torch.dtype) -> None:
+    # CUDA (and the meta kernel) keep mean/rstd in float32, eager's CPU kernel in the weight's
+    # dtype; the graph records the traced device's, and the decomposition must give exactly
+    # that (rounding them to bf16 on the GPU failed every bfloat16 model there).
     def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(torch.ops.aten.native_layer_norm.default(x, [8], w, None, 1e-5))
 
-    gm = ptc_spec.trace(fn, TensorMeta.of((4, 8), dtype), TensorMeta.of((8,), dtype))
-    out = decompose(gm)
+    on_gpu = decompose(ptc_spec.trace(fn, TensorMeta.of((4, 8), dtype, device="cuda"), TensorMeta.of((8,), dtype, device="cuda")))
+    (output,) = [n for n in on_gpu.graph.nodes if n.op == "output"]
+    assert [a.meta[META_KEY].dtype for a in output.args[0]] == [dtype, torch.float32, torch.float32]
+    out = decompose(ptc_spec.trace(fn, TensorMeta.of((4, 8), dtype), TensorMeta.of((8,), dtype)))
     ptc_spec.check(out, "core/1")
     x, w = torch.randn(4, 8, dtype=dtype), torch.randn(8, dtype=dtype)
     result, expected = out(x, w), fn(x, w)
-    assert [t.dtype for t in result] == [dtype, torch.float32, torch.float32]
-    assert_same(result[0], expected[0], rtol=1.6e-2, atol=1e-2)
-    assert_same([t.to(dtype) for t in result[1:]], list(expected[1:]), rtol=1.6e-2, atol=1e-2)
+    assert [t.dtype for t in result] == [t.dtype for t in expected] == [dtype, dtype, dtype]
+    assert_same(result, expected, rtol=1.6e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("target", ["core/1", "core/2"])

@@ -99,7 +99,7 @@ def test_reduced_precision_norms_keep_recorded_dtypes_and_eager_values(name: str
         expected = REFERENCES.get(op, op)(*args)
     except RuntimeError as exc:
         pytest.skip(f"eager's CPU kernel refuses these dtypes: {str(exc)[:80]}")
-    # compare checks the dtypes against the meta kernel's, then the values against eager's.
+    # compare checks the dtypes against the traced graph's (this device's), then the values against eager's.
     compare(op, decompose_call(op, args, {}), expected, args)
 
 

@@ -247,3 +247,28 @@ def test_traced_strides_are_the_eager_kernels_of_the_traced_device(fn: Any, inpu
     metas = [n.meta[META_KEY] for n in pytree.tree_leaves(out.args[0])]
     eager = pytree.tree_leaves(tuple(fn(*examples(inputs))) if len(metas) > 1 else fn(*examples(inputs)))
     assert [(m.shape, m.stride) for m in metas] == [(tuple(t.shape), t.stride()) for t in eager]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, w, r, lw: aten.native_layer_norm.default(x, [4], lw, None, 1e-5),
+        lambda x, w, r, lw: aten.native_batch_norm.default(x, w, None, r, r, True, 0.1, 1e-5),
+        lambda x, w, r, lw: aten._native_batch_norm_legit.no_stats(x, None, None, True, 0.1, 1e-5),
+        lambda x, w, r, lw: aten._native_batch_norm_legit_functional.default(x, w, None, r, r, True, 0.1, 1e-5),
+    ],
+    ids=["layer_norm", "batch_norm", "no_stats", "functional"],
+)
+@pytest.mark.parametrize("params", [torch.bfloat16, torch.float32], ids=["bf16_params", "f32_params"])
+def test_norm_statistics_carry_the_traced_devices_dtype(call: Any, params: torch.dtype) -> None:
+    # Eager's CPU kernels keep the parameters' dtype; CUDA (and the meta kernel) use float32.
+    x, w, r, lw = torch.randn(2, 3, 4, 4, dtype=torch.bfloat16), torch.randn(3, dtype=params), torch.zeros(3, dtype=params), torch.randn(4, dtype=params)
+
+    def dtypes(device: str) -> list[torch.dtype]:
+        metas = [TensorMeta.from_tensor(t, device=torch.device(device)) for t in (x, w, r, lw)]
+        gm = trace(lambda *a: tuple(call(*a)), *metas)
+        (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+        return [a.meta[META_KEY].dtype for a in output.args[0]]
+
+    assert dtypes("cpu") == [t.dtype for t in call(x, w, r, lw)]
+    assert dtypes("cuda") == [t.dtype for t in call(*(t.to("meta") for t in (x, w, r, lw)))]

@@ -2,6 +2,7 @@
 
 from .builder import GraphBuilder
 from .config import Config, config_from_env
+from .device_meta import norm_statistics_dtype, run_meta, running_statistics_dtype
 from .dialects import DIALECT_KEY, check, dialect_of, known_dialects, offending_nodes, require_dialect, set_dialect
 from .errors import (
     BoundaryError,
@@ -68,11 +69,14 @@ __all__ = [
     "loads",
     "mark_fallback",
     "node_meta",
+    "norm_statistics_dtype",
     "offending_nodes",
     "opset",
     "overload_name",
     "require_dialect",
     "roundtrip",
+    "run_meta",
+    "running_statistics_dtype",
     "save",
     "set_dialect",
     "size_symbol",

@@ -1,4 +1,4 @@
-"""Meta kernels told the traced device: the ops whose eager result layout depends on the device.
+"""Meta kernels told the traced device: the ops whose eager result layout or dtype depends on the device.
 
 The tracer computes every result's TensorMeta by running the op on meta tensors. A few meta
 kernels (torch's Python ones, in ``torch/_meta_registrations.py``) choose the result's strides
@@ -7,6 +7,11 @@ names no such device, and they then assume CUDA. On CPU, eager's LAPACK and pock
 return other layouts (column-major eigenvectors and SVD factors, a different dim order for
 real FFTs), so the graph's strides would disagree with what eager gives. For those ops only,
 we run the meta kernel over tensors that report the traced device while computing on meta.
+
+Norm statistics are the dtype case: the meta kernel saves them in float32 for bfloat16 and
+float16 inputs, as CUDA does, while eager's CPU kernels keep the parameters' dtype (the
+input's when there are none). :func:`norm_statistics_dtype` is that rule, shared with the
+decompositions that must produce what the graph says.
 """
 
 from __future__ import annotations
@@ -112,8 +117,58 @@ def _written_wrapper(func: Any, args: Any, kwargs: dict[str, Any]) -> _OnDevice 
     return None
 
 
+_REDUCED = (torch.bfloat16, torch.float16)
+
+
+def norm_statistics_dtype(device_type: str, input_dtype: torch.dtype, *params: torch.dtype | None) -> torch.dtype:
+    """The dtype eager saves a norm's mean and rstd in: on the CPU the first given parameter's
+    (weight, then running mean), else the input's; elsewhere float32 for reduced inputs."""
+    if device_type == "cpu":
+        return next((p for p in params if p is not None), input_dtype)
+    return torch.float32 if input_dtype in _REDUCED else input_dtype
+
+
+def running_statistics_dtype(device_type: str, input_dtype: torch.dtype, running: torch.dtype) -> torch.dtype:
+    """The dtype of the updated running statistics a functional batch norm returns."""
+    if device_type == "cpu":
+        return running
+    return torch.promote_types(running, torch.float32 if input_dtype in _REDUCED else input_dtype)
+
+
+def _param_dtypes(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.dtype | None, ...]:
+    bound = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    names = ("weight",) if func is aten.native_layer_norm.default else ("weight", "running_mean")
+    return tuple(bound[n].dtype if isinstance(bound.get(n), torch.Tensor) else None for n in names)
+
+
+# Norm ops whose saved statistics (and, for the functional form, running statistics) are
+# results 1, 2 (and 3, 4): their dtype follows the device, see norm_statistics_dtype.
+_NORM_STATISTICS = frozenset({
+    aten.native_layer_norm.default, aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default,
+    aten._native_batch_norm_legit_functional.default, aten._batch_norm_no_update.default,
+})  # fmt: skip
+
+
+def _cpu_statistics(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    x = args[0]
+    if not isinstance(x, torch.Tensor) or x.dtype not in _REDUCED or not isinstance(out, tuple):
+        return out
+    stats = norm_statistics_dtype("cpu", x.dtype, *_param_dtypes(func, args, kwargs))
+    items = list(out)
+    for i in (1, 2):
+        items[i] = items[i].to(stats)
+    if func is aten._native_batch_norm_legit_functional.default:
+        bound = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+        for i, name in ((3, "running_mean"), (4, "running_var")):
+            items[i] = items[i].to(running_statistics_dtype("cpu", x.dtype, bound[name].dtype))
+    return tuple(items)
+
+
 def run_meta(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device) -> Any:
-    """``func`` over meta tensors ``args``, with the result layout eager gives on ``device``."""
+    """``func`` over meta tensors ``args``, with the result layout and dtypes eager gives on ``device``."""
+    if func in _NORM_STATISTICS and device.type == "cpu":
+        return _cpu_statistics(func, args, kwargs, func(*args, **kwargs))
     kernel = func.py_kernels.get(torch._C.DispatchKey.Meta) if func in _DEVICE_LAYOUT_OPS else None
     if kernel is None or device.type in _ASSUMED:
         return func(*args, **kwargs)

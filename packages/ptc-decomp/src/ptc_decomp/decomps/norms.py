@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ptc_spec import norm_statistics_dtype, running_statistics_dtype
+
 from ..dims import reduction_dims, reshape
 from ..errors import InPlaceOpError
 from ..promotion import cast, opmath, upcast
@@ -44,9 +46,10 @@ def native_layer_norm(
     mean, var = moments(x, dims)
     rstd = aten.rsqrt.default(aten.add.Tensor(var, eps))
     out = _affine(aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd), weight, bias, list(normalized_shape))
-    # The statistics stay in the opmath dtype, as the meta kernel (so every traced graph) and
-    # the CUDA kernel keep them; eager's CPU kernel alone rounds them to the input dtype.
-    return cast(out, input.dtype), mean, rstd
+    # Statistics in the dtype eager saves them in on this device (float32 on CUDA, the
+    # parameters' on the CPU), which is what the traced graph records.
+    stats = norm_statistics_dtype(input.device.type, input.dtype, weight.dtype if weight is not None else None)
+    return cast(out, input.dtype), cast(mean, stats), cast(rstd, stats)
 
 
 @register_decomposition(aten.native_group_norm.default)
@@ -68,10 +71,10 @@ def _channel_shape(x: torch.Tensor) -> list[int]:
 
 
 def _running_dtype(input: torch.Tensor, running: torch.Tensor) -> torch.dtype:
-    # The meta kernel (so every traced graph) returns the updated running statistics in
-    # the promotion of their dtype with the statistics' (float32 for reduced inputs); eager
-    # kernels keep the running dtype. Values are rounded to it first, so both agree.
-    return torch.promote_types(running.dtype, opmath(input.dtype))
+    # On CUDA (and in the meta kernel) the updated running statistics come back in the
+    # promotion of their dtype with float32; CPU kernels keep their dtype. Values are rounded
+    # to the running dtype first, so both agree on the numbers.
+    return running_statistics_dtype(input.device.type, input.dtype, running.dtype)
 
 
 def _batch_norm(
@@ -83,11 +86,13 @@ def _batch_norm(
     training: bool,
     momentum: float,
     eps: float,
+    device_type: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(out, save_mean, save_rstd, new_running_mean, new_running_var) as eager's functional batch norm.
 
-    Saved statistics are in the input's opmath dtype (float32 for float16/bfloat16 inputs,
-    whatever the running statistics' dtype), as CUDA kernels and the meta kernel save them.
+    Saved statistics are in the dtype eager saves them in on the input's device
+    (ptc_spec.norm_statistics_dtype): float32 for reduced inputs on CUDA, the parameters' on the CPU;
+    ``device_type`` overrides the device for ops with one kernel (cuDNN's).
     """
     compute = opmath(input.dtype)
     shape = _channel_shape(input)
@@ -117,7 +122,9 @@ def _batch_norm(
         save_mean, save_rstd = cast(running_mean, compute), rstd
         new_mean, new_var = running_mean, running_var
     out = _affine(out, weight, bias, shape)
-    return cast(out, input.dtype), save_mean, save_rstd, new_mean, new_var
+    params = (weight.dtype if weight is not None else None, running_mean.dtype if running_mean is not None else None)
+    stats = norm_statistics_dtype(device_type or input.device.type, input.dtype, *params)
+    return cast(out, input.dtype), cast(save_mean, stats), cast(save_rstd, stats), new_mean, new_var
 
 
 @register_decomposition(aten.native_batch_norm.default)
@@ -222,7 +229,9 @@ def cudnn_batch_norm(  # parameter names follow the op's schema
             "cudnn_batch_norm in training mode updates running_mean/running_var in place;"
             " functionalize the graph first (it becomes _native_batch_norm_legit_functional)"
         )
-    out, save_mean, save_rstd, _, _ = _batch_norm(input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon)
+    out, save_mean, save_rstd, _, _ = _batch_norm(
+        input, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon, device_type="cuda"
+    )
     if not training:
         # cuDNN saves statistics for a backward only in training; in eval they come back
         # empty, in the weight's dtype (its meta kernel, and cuDNN, allocate them so).
