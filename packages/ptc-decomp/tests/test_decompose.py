@@ -224,3 +224,19 @@ def test_add_scalar_with_a_positional_alpha_decomposes() -> None:
     out = decompose(gm, strict=True)
     x = torch.arange(4)
     assert_same(out(x), x + 6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_eval_batch_norm_saves_the_statistics_its_device_saves(device: str) -> None:
+    # Eager's CPU kernel saves none in eval mode (empty tensors), CUDA's the ones used (C,):
+    # the graph records the traced device's, and the decomposition gives exactly that.
+    def fn(x: torch.Tensor, w: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.ops.aten.native_batch_norm.default(x, w, None, rm, rv, False, 0.1, 1e-5))
+
+    shapes = [(2, 3, 4), (3,), (3,), (3,)]
+    out = decompose(ptc_spec.trace(fn, *[TensorMeta.of(s, device=device) for s in shapes]))
+    (output,) = [n for n in out.graph.nodes if n.op == "output"]
+    assert [a.meta[META_KEY].shape for a in output.args[0]] == [(2, 3, 4), (0,) if device == "cpu" else (3,), (0,) if device == "cpu" else (3,)]
+    if device == "cpu":
+        args = [torch.randn(2, 3, 4), torch.randn(3), torch.randn(3), torch.rand(3) + 0.5]
+        assert_same(out(*args), fn(*args))

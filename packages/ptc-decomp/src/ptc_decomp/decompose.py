@@ -40,7 +40,7 @@ from ptc_spec.tracer import TracedTensor, Tracer, finish
 from .complex_values import COMPLEX_REASON, returns_complex, touches_complex
 from .config import Config, config_from_env
 from .errors import DecompositionError, InPlaceOpError, NoDecompositionError, WrongDialectError
-from .registry import Decomposition, declining
+from .registry import Decomposition, declining, recording
 from .registry import table as default_table
 
 log = logging.getLogger("ptc.decomp.rewrite")
@@ -97,6 +97,8 @@ class _Rewriter(Tracer):
         self.config = config
         self.stack: list[Any] = []
         self.fallback_reasons: dict[str, str] = {}
+        self.recorded: Any = None
+        """The metadata of the graph node being replayed (what its decomposition must give)."""
 
     def may_fall_back(self, func: Any) -> bool:
         """Whether ``func`` may be recorded as a fallback call instead of failing."""
@@ -129,7 +131,7 @@ class _Rewriter(Tracer):
         start = self.last_node()
         self.stack.append(func)
         try:
-            with _Mode(self), declining(self.may_fall_back(func)):
+            with _Mode(self), declining(self.may_fall_back(func)), recording(self.recorded if len(self.stack) == 1 else None):
                 result = fn(*args, **kwargs)
             if result is NotImplemented:
                 if not self.may_fall_back(func):
@@ -339,6 +341,7 @@ def _replay_call(node: torch.fx.Node, env: dict[torch.fx.Node, Any], rewriter: _
         return node.target(*args, **kwargs)  # type: ignore[operator]
     last = rewriter.last_node()
     decomposed = not rewriter.ops.in_set(node.target) and node.target not in rewriter.keep
+    rewriter.recorded = node.meta.get(META_KEY)
     try:
         result = rewriter.dispatch(node.target, tuple(args), dict(kwargs))
     except (DecompositionError, InPlaceOpError):

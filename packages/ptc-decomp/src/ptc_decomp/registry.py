@@ -53,6 +53,30 @@ def declining(allowed: bool) -> Iterator[None]:
         _MAY_DECLINE.reset(token)
 
 
+# The metadata the graph records for the node being decomposed (None inside nested calls).
+_RECORDED: ContextVar[Any] = ContextVar("ptc_decomp_recorded", default=None)
+
+
+def recorded() -> Any:
+    """The TensorMeta (or tuple of them) the graph records for the op being decomposed.
+
+    None when the op is called by another decomposition. Decompositions of ops whose results
+    depend on the device (norm statistics: their dtype, and whether eval mode saves any)
+    follow it, so a graph traced for one device decomposes the same on any machine.
+    """
+    return _RECORDED.get()
+
+
+@contextmanager
+def recording(meta: Any) -> Iterator[None]:
+    """Set what :func:`recorded` answers inside the block."""
+    token = _RECORDED.set(meta)
+    try:
+        yield
+    finally:
+        _RECORDED.reset(token)
+
+
 # The one mutable registry of the package, filled at import time of ptc_decomp.decomps.
 _REGISTRY: dict[torch._ops.OpOverload, Registered] = {}
 _LOADED = False

@@ -10,7 +10,7 @@ we run the meta kernel over tensors that report the traced device while computin
 
 Norm statistics are the dtype case: the meta kernel saves them in float32 for bfloat16 and
 float16 inputs, as CUDA does, while eager's CPU kernels keep the parameters' dtype (the
-input's when there are none). :func:`norm_statistics_dtype` is that rule, shared with the
+input's when there are none) and, in eval mode, save none at all (empty tensors). :func:`norm_statistics_dtype` is that rule, shared with the
 decompositions that must produce what the graph says.
 """
 
@@ -150,16 +150,24 @@ _NORM_STATISTICS = frozenset({
 })  # fmt: skip
 
 
+def _evaluates(func: torch._ops.OpOverload, bound: dict[str, Any]) -> bool:
+    """Whether a batch norm call normalizes by its running statistics (eval mode)."""
+    if func is aten.native_layer_norm.default:
+        return False
+    return not bound.get("training", True) or func in (aten._native_batch_norm_legit_no_training.default, aten._batch_norm_no_update.default)
+
+
 def _cpu_statistics(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
     x = args[0]
-    if not isinstance(x, torch.Tensor) or x.dtype not in _REDUCED or not isinstance(out, tuple):
+    if not isinstance(x, torch.Tensor) or not isinstance(out, tuple):
         return out
+    bound = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
     stats = norm_statistics_dtype("cpu", x.dtype, *_param_dtypes(func, args, kwargs))
     items = list(out)
     for i in (1, 2):
-        items[i] = items[i].to(stats)
+        # In eval mode the CPU kernels save no statistics: empty tensors (CUDA saves (C,)).
+        items[i] = x.new_empty((0,), dtype=stats) if _evaluates(func, bound) else items[i].to(stats)
     if func is aten._native_batch_norm_legit_functional.default:
-        bound = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
         for i, name in ((3, "running_mean"), (4, "running_var")):
             items[i] = items[i].to(running_statistics_dtype("cpu", x.dtype, bound[name].dtype))
     return tuple(items)

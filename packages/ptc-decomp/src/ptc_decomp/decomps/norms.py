@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import torch
 
-from ptc_spec import norm_statistics_dtype, running_statistics_dtype
+from ptc_spec import TensorMeta, norm_statistics_dtype, running_statistics_dtype
 
 from ..dims import reduction_dims, reshape
 from ..errors import InPlaceOpError
 from ..promotion import cast, opmath, upcast
-from ..registry import register_decomposition
+from ..registry import recorded, register_decomposition
 
 aten = torch.ops.aten
 
@@ -48,7 +48,7 @@ def native_layer_norm(
     out = _affine(aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd), weight, bias, list(normalized_shape))
     # Statistics in the dtype eager saves them in on this device (float32 on CUDA, the
     # parameters' on the CPU), which is what the traced graph records.
-    stats = norm_statistics_dtype(input.device.type, input.dtype, weight.dtype if weight is not None else None)
+    stats, _ = _saved_like(norm_statistics_dtype(input.device.type, input.dtype, weight.dtype if weight is not None else None), False)
     return cast(out, input.dtype), cast(mean, stats), cast(rstd, stats)
 
 
@@ -66,14 +66,26 @@ def native_group_norm(
     return cast(out, input.dtype), cast(aten.view.default(mean, stats_shape), input.dtype), cast(aten.view.default(rstd, stats_shape), input.dtype)
 
 
+def _saved_like(default_dtype: torch.dtype, default_empty: bool) -> tuple[torch.dtype, bool]:
+    """(dtype, empty) of the saved statistics (results 1 and 2): what the graph records for the
+    node, else what eager gives on the input's device (the defaults)."""
+    meta = recorded()
+    if isinstance(meta, (tuple, list)) and len(meta) > 2 and isinstance(meta[1], TensorMeta):
+        return meta[1].dtype, meta[1].shape == (0,)
+    return default_dtype, default_empty
+
+
 def _channel_shape(x: torch.Tensor) -> list[int]:
     return [1, x.shape[1]] + [1] * (x.dim() - 2)
 
 
-def _running_dtype(input: torch.Tensor, running: torch.Tensor) -> torch.dtype:
+def _running_dtype(input: torch.Tensor, running: torch.Tensor, index: int) -> torch.dtype:
     # On CUDA (and in the meta kernel) the updated running statistics come back in the
     # promotion of their dtype with float32; CPU kernels keep their dtype. Values are rounded
-    # to the running dtype first, so both agree on the numbers.
+    # to the running dtype first, so both agree on the numbers. The graph's record decides.
+    meta = recorded()
+    if isinstance(meta, (tuple, list)) and len(meta) > index and isinstance(meta[index], TensorMeta):
+        return meta[index].dtype
     return running_statistics_dtype(input.device.type, input.dtype, running.dtype)
 
 
@@ -109,21 +121,24 @@ def _batch_norm(
             unbiased = aten.mul.Tensor(aten.squeeze.dims(var, dims), n / max(n - 1, 1))
             new_mean = aten.add.Tensor(aten.mul.Tensor(cast(running_mean, compute), 1 - momentum), aten.mul.Tensor(save_mean, momentum))
             new_var = aten.add.Tensor(aten.mul.Tensor(cast(running_var, compute), 1 - momentum), aten.mul.Tensor(unbiased, momentum))
-            new_mean = cast(cast(new_mean, running_mean.dtype), _running_dtype(input, running_mean))
-            new_var = cast(cast(new_var, running_var.dtype), _running_dtype(input, running_var))
+            new_mean = cast(cast(new_mean, running_mean.dtype), _running_dtype(input, running_mean, 3))
+            new_var = cast(cast(new_var, running_var.dtype), _running_dtype(input, running_var, 4))
     else:
         if running_mean is None or running_var is None:
             raise RuntimeError("batch norm in eval mode needs running_mean and running_var")
         rstd = aten.rsqrt.default(aten.add.Tensor(cast(running_var, compute), eps))
         out = aten.mul.Tensor(aten.sub.Tensor(x, aten.view.default(cast(running_mean, compute), shape)), aten.view.default(rstd, shape))
-        # Nothing reads the saved statistics in eval mode. Eager's CPU kernel returns empty
-        # tensors, but the meta kernel (hence every traced graph's metadata) and CUDA say (C,),
-        # so match the graph and save the statistics actually used.
+        # Nothing reads the saved statistics in eval mode: CUDA saves the ones used, (C,),
+        # eager's CPU kernels none (empty tensors); the traced graph records its device's.
         save_mean, save_rstd = cast(running_mean, compute), rstd
         new_mean, new_var = running_mean, running_var
-    out = _affine(out, weight, bias, shape)
     params = (weight.dtype if weight is not None else None, running_mean.dtype if running_mean is not None else None)
-    stats = norm_statistics_dtype(device_type or input.device.type, input.dtype, *params)
+    stats, empty = _saved_like(norm_statistics_dtype(device_type or input.device.type, input.dtype, *params),
+                               not training and (device_type or input.device.type) == "cpu")  # fmt: skip
+    if empty:
+        save_mean = aten.empty.memory_format([0], dtype=stats, device=input.device)
+        save_rstd = aten.empty.memory_format([0], dtype=stats, device=input.device)
+    out = _affine(out, weight, bias, shape)
     return cast(out, input.dtype), cast(save_mean, stats), cast(save_rstd, stats), new_mean, new_var
 
 
@@ -163,8 +178,8 @@ def native_batch_norm_functional(
     out, save_mean, save_rstd, new_mean, new_var = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     if new_mean is None or new_var is None or not training:
         # Eval mode hands the running statistics back unchanged, as fresh tensors.
-        new_mean = _fresh(running_mean, _running_dtype(input, running_mean))
-        new_var = _fresh(running_var, _running_dtype(input, running_var))
+        new_mean = _fresh(running_mean, _running_dtype(input, running_mean, 3))
+        new_var = _fresh(running_var, _running_dtype(input, running_var, 4))
     return out, save_mean, save_rstd, new_mean, new_var
 
 
