@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import inspect
 import math
@@ -257,6 +258,34 @@ def _signature_count(x):
     return x * len(inspect.signature(_two_args).parameters)
 
 
+BY_DEVICE_DTYPE = {("cpu", torch.float32): 2.0, ("cpu", torch.float64): 3.0, ("cuda", torch.float16): 4.0}
+BY_CONSTANT = {torch.float32: "f32", torch.device("cpu"): "cpu", None: "none", 1.5: "x", False: "no", ("a", (1, None)): "t"}
+
+
+def _dict_keyed_by_device_and_dtype(x):
+    scale = BY_DEVICE_DTYPE.get((x.device.type, x.dtype), 1.0)
+    missing = BY_DEVICE_DTYPE.get(("meta", x.dtype), 0.5)
+    return x * scale + missing + BY_DEVICE_DTYPE[("cuda", torch.float16)]
+
+
+def _dict_keyed_by_constants(x):
+    out = x
+    for key in BY_CONSTANT:
+        out = out + len(str(key))
+    for key, name in BY_CONSTANT.items():
+        out = out * len(name) if key in BY_CONSTANT else out
+    found = (torch.float64 in BY_CONSTANT, x.dtype in BY_CONSTANT, BY_CONSTANT[("a", (1, None))])
+    return out + len(list(BY_CONSTANT.values())), found
+
+
+Pair = collections.namedtuple("Pair", "scale shift")
+
+
+def _namedtuple_slices_and_reprs(x):
+    p = Pair(x * 2, 3)
+    return p[:1][0] + len(str(Pair(1, 2))), p[1:]
+
+
 CASES = [
     _generator_sum, _iterate_tensor, _unpack_tensor, _defaults_and_kwonly, _lambda,
     _dict_comprehension, _ternary_and_bool_ops, _chained_compare, _while_break, _nested_loops,
@@ -265,6 +294,7 @@ CASES = [
     _tuple_compare, _zip_enumerate_dict, _is_none_default, _closure_counter, _any_all,
     _dtype_ops, _where_masked, _inplace_ops_chain, _no_grad_fn, _local_import,
     _to_device, _slice_builtin, _set_ops, _signature_count, _checks_torch_function,
+    _dict_keyed_by_device_and_dtype, _dict_keyed_by_constants, _namedtuple_slices_and_reprs,
 ]  # fmt: skip
 
 
@@ -323,3 +353,74 @@ def test_torch_compiler_is_compiling_is_true_while_tracing():
     assert backend.count == 1
     report = ptc_capture.explain(_skips_bookkeeping_when_compiling)(torch.randn(3))
     assert report.graph_break_count == 0, str(report)
+
+
+SCALE_BY_KEY = {(1, torch.float32): 2.0}
+
+
+def _scales_by_key(x):
+    out = x
+    for key, scale in SCALE_BY_KEY.items():
+        out = out * scale + len(str(key[0]))
+    return out
+
+
+@needs_hook
+@pytest.mark.parametrize(
+    "table",
+    [{(1, torch.float32): 5.0}, {(True, torch.float32): 2.0}, {(1, torch.float64): 2.0}],
+    ids=["value", "equal_key_of_another_type", "key"],
+)
+def test_dict_keyed_by_constants_is_guarded_on_key_types_and_values(table):
+    global SCALE_BY_KEY
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_scales_by_key)
+    compare_with_eager(compiled, _scales_by_key, torch.randn(3))
+    saved, SCALE_BY_KEY = SCALE_BY_KEY, table
+    try:
+        compare_with_eager(compiled, _scales_by_key, torch.randn(3))
+    finally:
+        SCALE_BY_KEY = saved
+    assert backend.count == 2
+
+
+PAIR = Pair(2.0, 0.5)
+
+
+def _unpacks_namedtuple(x):
+    scale, shift = PAIR
+    return x * scale + shift + PAIR[1:][0]
+
+
+@needs_hook
+def test_namedtuple_from_frame_is_guarded_on_its_items():
+    global PAIR
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_unpacks_namedtuple)
+    compare_with_eager(compiled, _unpacks_namedtuple, torch.randn(3))
+    saved, PAIR = PAIR, Pair(3.0, 1.0)
+    try:
+        compare_with_eager(compiled, _unpacks_namedtuple, torch.randn(3))
+    finally:
+        PAIR = saved
+    assert backend.count == 2
+
+
+def _returns_lambda(x):
+    return x + 1, (lambda t: t * 2)
+
+
+@needs_hook
+def test_function_made_in_the_trace_leaves_it_with_the_frames_globals():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_returns_lambda)
+
+    def applied(fn):
+        def run(x):
+            out, made = fn(x)
+            return out, made(x), made.__globals__ is globals()
+
+        return run
+
+    compare_with_eager(applied(compiled), applied(_returns_lambda), torch.randn(3))
+    assert backend.count == 1

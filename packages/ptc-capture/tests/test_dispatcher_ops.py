@@ -144,3 +144,17 @@ def test_a_users_custom_op_is_one_node_and_its_namespace_is_allowed_in_graph_fil
     op = torch.ops.ptc_capture_tests.twice.default
     assert [n.target for n in gm.graph.nodes if n.target is op] == [op, op]
     assert ptc_spec.loads(ptc_spec.dumps(gm)) is not None
+
+
+def _imports_custom_op(x):
+    # As torch.nn.functional.linear_cross_entropy reaches its ops: imported in the function, so
+    # the op object has no guarded source the trace could read its overload through.
+    from test_dispatcher_ops import _twice as twice
+
+    return twice(x) + 1
+
+
+def test_a_custom_op_imported_in_the_traced_function_is_one_node():
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_imports_custom_op), _imports_custom_op, torch.randn(3))
+    assert torch.ops.ptc_capture_tests.twice.default in [n.target for n in backend.graphs[0].graph.nodes]

@@ -263,3 +263,19 @@ def test_frame_with_empty_builtins_runs_its_replacement():
     compiled = ptc_capture.optimize("eager")(_namedtuple_after_break)
     for _ in range(2):
         compare_with_eager(compiled, _namedtuple_after_break, torch.randn(3))
+
+
+def _many_locals_then_break() -> object:
+    # 300 locals live across a break: more than a resume function's one-byte prologue can load.
+    body = "".join(f"    v{i} = x + {i}\n" for i in range(300))
+    total = " + ".join(f"v{i}" for i in range(300))
+    namespace: dict[str, object] = {"eager_sum": ptc_capture.disable(torch.sum)}
+    exec(f"def fn(x):\n{body}    n = eager_sum(x)\n    return ({total}) * n\n", namespace)
+    return namespace["fn"]
+
+
+def test_break_in_a_frame_too_large_to_resume_runs_it_eagerly():
+    fn = _many_locals_then_break()
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend)(fn), fn, torch.randn(3))
+    assert backend.count == 0

@@ -50,6 +50,11 @@ def test_tensor_guard(other, ok):
         (Guard("len", X, (list, 2)), (1, 2), False),
         (Guard("keys", X, (dict, ("a", "b"))), {"a": 1, "b": 2}, True),
         (Guard("keys", X, (dict, ("a", "b"))), {"b": 1, "a": 2}, False),
+        (Guard("keys", X, (dict, ((1, torch.float32), None))), {(1, torch.float32): 0, None: 1}, True),
+        (Guard("keys", X, (dict, ((1, torch.float32), None))), {(True, torch.float32): 0, None: 1}, False),
+        (Guard("keys", X, (dict, (1,))), {1.0: 0}, False),
+        (Guard("const", Source("values", None, X).item(1), 2), {"a": 1, torch.float16: 2}, True),
+        (Guard("const", Source("values", None, X).item(1), 2), {"a": 1, torch.float16: 3}, False),
         (Guard("type", X, int), 5, True),
         (Guard("id", X, len), len, True),
         (Guard("id", X, len), abs, False),
@@ -75,6 +80,18 @@ def test_closure_and_nested_sources_render():
     source = Source("closure", 0).attr("weight").item("k")
     assert source_expr(source) == "C[0].cell_contents.weight['k']"
     assert source_expr(X.attr("a"), {"x": "_a0"}) == "_a0.a"
+
+
+def test_values_of_a_dict_are_read_once_for_all_their_guards(caplog):
+    values = Source("values", None, X)
+    guards = [Guard("keys", X, (dict, (torch.float16, None)))] + [Guard("const", values.item(i), i) for i in range(2)]
+    assert source_expr(values.item(1)) == "list(L['x'].values())[1]"
+    with caplog.at_level("DEBUG", logger="ptc.capture.guards"):
+        check = compile_guards(guards)
+    text = caplog.records[-1].getMessage()
+    assert text.count(".values()") == 1, text
+    assert check({"x": {torch.float16: 0, None: 1}}, {}, {}, ())
+    assert not check({"x": {torch.float16: 0, None: 2}}, {}, {}, ())
 
 
 def test_grad_mode_guard():

@@ -96,3 +96,21 @@ def test_real_and_imag_attributes_are_graph_ops():
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_parts)
     compare_with_eager(compiled, _parts, torch.randn(3, 4, dtype=torch.complex64), torch.randn(3))
     assert backend.count == 1
+
+
+@pytest.mark.skipif(not hasattr(F, "linear_cross_entropy"), reason="torch has no F.linear_cross_entropy")
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_chunked_linear_cross_entropy_is_one_graph(reduction):
+    # Its options are a frozen slotted dataclass resolved against a dict keyed by
+    # (device type, dtype), then replaced; the chunked kernels are torch.library custom ops.
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+
+    options = LinearCrossEntropyOptions(allow_retain_graph=True, batch_chunk_size=2)
+
+    def fn(x, w, t):
+        return F.linear_cross_entropy(x, w, t, reduction=reduction, options=options)
+
+    backend = CountingBackend()
+    x, w, t = torch.randn(8, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True), torch.randint(0, 4, (8,))
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(fn), fn, x, w, t, grads=True)
+    assert backend.count == 1

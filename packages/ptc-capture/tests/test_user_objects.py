@@ -283,3 +283,215 @@ def test_dict_subclass_method_reaching_dict_get_through_super_is_guarded():
         del REGISTRY["b"]
     assert backend.count == 2
     assert ptc_capture.explain(_reads_registry)(torch.randn(3)).graph_break_count == 0
+
+
+DTYPE_REGISTRY = Registry({torch.float32: {"scale": 2}, ("cpu", torch.float64): {"scale": 5}})
+
+
+def _reads_dtype_registry(x):
+    return x * DTYPE_REGISTRY.get(x.dtype).get("scale", 1) + len(DTYPE_REGISTRY.get(("cpu", torch.float16)))
+
+
+def test_dict_subclass_keyed_by_dtypes_is_guarded_on_its_values():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_reads_dtype_registry)
+    compare_with_eager(compiled, _reads_dtype_registry, torch.randn(3))
+    DTYPE_REGISTRY[torch.float32] = {"scale": 7}
+    try:
+        compare_with_eager(compiled, _reads_dtype_registry, torch.randn(3))
+    finally:
+        DTYPE_REGISTRY[torch.float32] = {"scale": 2}
+    assert backend.count == 2
+    assert ptc_capture.explain(_reads_dtype_registry)(torch.randn(3)).graph_break_count == 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Options:
+    """A frozen, slotted options record in the style of torch's LinearCrossEntropyOptions."""
+
+    scale: float = 1.0
+    mode: str = "mean"
+    dtype: torch.dtype | None = None
+
+    def __post_init__(self):
+        if self.mode not in {"mean", "sum"}:
+            raise ValueError(f"invalid mode {self.mode!r}")
+        if self.dtype is not None and self.dtype not in {torch.float32, torch.float64}:
+            raise ValueError(f"invalid dtype {self.dtype!r}")
+
+    def resolved(self, dtype):
+        return dataclasses.replace(self, dtype=self.dtype or dtype, scale=self.scale * 2)
+
+    def apply(self, x):
+        y = x.to(self.dtype) * self.scale
+        return y.mean() if self.mode == "mean" else y.sum()
+
+
+OPTIONS = Options(scale=0.5, mode="sum")
+
+
+def _frozen_dataclass_made_in_trace(x):
+    opts = Options(scale=3.0).resolved(x.dtype)
+    return opts.apply(x), opts.scale, opts.dtype, opts.mode, hasattr(opts, "__dict__")
+
+
+def _frozen_dataclass_from_frame(x):
+    opts = OPTIONS.resolved(torch.float64)
+    return opts.apply(x) + OPTIONS.apply(x), dataclasses.replace(opts, mode="mean").apply(x)
+
+
+def _frozen_dataclass_returned(x):
+    return dataclasses.replace(OPTIONS, scale=float(x.shape[0])), x + 1
+
+
+@pytest.mark.parametrize(
+    "fn", [_frozen_dataclass_made_in_trace, _frozen_dataclass_from_frame, _frozen_dataclass_returned],
+    ids=["made_in_trace", "from_frame", "returned"],
+)  # fmt: skip
+def test_frozen_slotted_dataclass_matches_eager_in_one_graph(fn):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(fn)
+    out = compare_with_eager(compiled, fn, torch.randn(3))
+    assert backend.count == 1
+    if fn is _frozen_dataclass_returned:
+        # Rebuilt after the graph with its slots filled, and still frozen.
+        assert type(out[0]) is Options and out[0] == Options(scale=3.0, mode="sum")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            out[0].scale = 1.0
+
+
+def test_frozen_dataclass_from_frame_is_guarded_on_its_fields():
+    global OPTIONS
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_frozen_dataclass_from_frame)
+    compare_with_eager(compiled, _frozen_dataclass_from_frame, torch.randn(3))
+    saved, OPTIONS = OPTIONS, Options(scale=4.0, mode="mean")
+    try:
+        compare_with_eager(compiled, _frozen_dataclass_from_frame, torch.randn(3))
+    finally:
+        OPTIONS = saved
+    assert backend.count == 2
+
+
+def _invalid_options(x):
+    return Options(mode="max").apply(x)
+
+
+def _assigns_to_frozen_made_in_trace(x):
+    opts = Options()
+    opts.scale = 2.0
+    return x * opts.scale
+
+
+def _assigns_to_frozen_from_frame(x):
+    y = x * 2
+    OPTIONS.scale = 2.0
+    return y
+
+
+@pytest.mark.parametrize(
+    "fn,error",
+    [
+        (_invalid_options, ValueError),
+        (_assigns_to_frozen_made_in_trace, dataclasses.FrozenInstanceError),
+        (_assigns_to_frozen_from_frame, dataclasses.FrozenInstanceError),
+    ],
+    ids=["post_init", "frozen_made_in_trace", "frozen_from_frame"],
+)
+def test_frozen_dataclass_errors_surface_as_in_eager(fn, error):
+    with pytest.raises(error):
+        fn(torch.randn(3))
+    with pytest.raises(error):
+        ptc_capture.optimize(CountingBackend())(fn)(torch.randn(3))
+    assert OPTIONS == Options(scale=0.5, mode="sum")
+
+
+class Slotted:
+    __slots__ = ("weight", "bias")
+
+    def __init__(self, weight):
+        self.weight = weight
+
+    def forward(self, x):
+        out = x * self.weight
+        return out + self.bias if hasattr(self, "bias") else out
+
+
+def _slotted_object(x):
+    layer = Slotted(x.sum())
+    first = layer.forward(x)
+    layer.bias = x.mean()
+    return first, layer.forward(x), hasattr(layer, "__dict__")
+
+
+def _slotted_object_returned(x):
+    layer = Slotted(x * 2)
+    layer.bias = 1.5
+    return layer
+
+
+def _slotted_object_rejects_other_names(x):
+    layer = Slotted(x)
+    layer.other = 1
+    return layer.weight
+
+
+def test_slotted_class_instances_match_eager():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_slotted_object)
+    compare_with_eager(compiled, _slotted_object, torch.randn(3))
+    x = torch.randn(3)
+    out = ptc_capture.optimize(backend, fullgraph=True)(_slotted_object_returned)(x)
+    assert type(out) is Slotted and out.bias == 1.5
+    torch.testing.assert_close(out.weight, x * 2)
+    assert backend.count == 2
+    with pytest.raises(AttributeError, match="other"):
+        ptc_capture.optimize(CountingBackend())(_slotted_object_rejects_other_names)(x)
+
+
+class Celsius:
+    def __init__(self, degrees):
+        self.degrees = degrees
+
+    @property
+    def degrees(self):
+        return self._kelvin - 273.15
+
+    @degrees.setter
+    def degrees(self, value):
+        self._kelvin = value + 273.15
+
+
+def _property_setter(x):
+    t = Celsius(x)
+    t.degrees = t.degrees * 2
+    return t.degrees, t._kelvin
+
+
+def test_assignment_to_a_property_runs_its_setter():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_property_setter)
+    compare_with_eager(compiled, _property_setter, torch.randn(3))
+    assert backend.count == 1
+
+
+class Prefixed:
+    def __setattr__(self, name, value):
+        object.__setattr__(self, "_" + name, value)
+
+
+PREFIXED = Prefixed()
+
+
+def _sets_through_custom_setattr(x):
+    PREFIXED.scale = x.shape[0]
+    return x * PREFIXED._scale
+
+
+def test_assignment_to_an_object_from_the_frame_runs_its_class_setattr():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_sets_through_custom_setattr)
+    compare_with_eager(compiled, _sets_through_custom_setattr, torch.randn(3))
+    del PREFIXED._scale  # eager's call set it too: the compiled call alone must set it again
+    compiled(torch.randn(3))
+    assert backend.count == 1 and PREFIXED._scale == 3 and "scale" not in vars(PREFIXED)

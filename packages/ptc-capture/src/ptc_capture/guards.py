@@ -18,18 +18,22 @@ import torch
 
 from ptc_capture.logs import channel
 
-__all__ = ["Guard", "GuardSet", "Source", "compile_guards", "source_expr"]
+__all__ = ["Guard", "GuardSet", "Source", "compile_guards", "key_types", "source_expr"]
 
 _log = channel("guards")
 
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/raw_item/listed/reduce.
+    """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/raw_item/listed/
+    values/raw_values/reduce.
 
     ``raw_attr`` reads ``object.__getattribute__(base, name)``, past any custom __getattribute__;
     ``raw_item`` reads ``dict.__getitem__(base, key)``, past a dict subclass's own ``__getitem__``;
     ``listed`` is ``list(base)``: the items of an iterable object that is not an iterator.
+    ``values`` is ``list(base.values())`` (``raw_values``: through ``dict.values``, past a subclass's
+    own): with a guard fixing the dict's keys, its ``item(i)`` is the value of the i-th key,
+    which is how values are reached when their keys have no literal form (``torch.float16``).
 
     ``reduce`` reads ``base.__reduce__()``: how a list/tuple/range iterator passed to a resume
     function exposes its sequence and position without being advanced.
@@ -51,7 +55,8 @@ class Source:
         return source_expr(self)
 
 
-_Names = dict[str, str] | None
+# Local names (str -> the runner's parameter) and hoisted sources (Source -> a temporary).
+_Names = dict[Any, str] | None
 
 
 def _local(s: Source, names: _Names) -> str:
@@ -87,6 +92,8 @@ _DERIVED = {
     "raw_attr": "object.__getattribute__({base}, {name})",
     "raw_item": "dict.__getitem__({base}, {name})",
     "listed": "list({base})",
+    "values": "list({base}.values())",
+    "raw_values": "list(dict.values({base}))",
     "item": "{base}[{name}]",
     "reduce": "{base}.__reduce__()",
 }
@@ -107,11 +114,14 @@ _SOURCE_EXPR: dict[str, Callable[[Source, _Names], str]] = {
 }
 
 
-def source_expr(source: Source, local_names: dict[str, str] | None = None) -> str:
+def source_expr(source: Source, local_names: dict[Any, str] | None = None) -> str:
     """Return the Python expression (over L, G, B, C) that reads ``source``.
 
-    ``local_names`` renders a local as a plain variable name instead of ``L[name]``.
+    ``local_names`` renders a local as a plain variable name instead of ``L[name]``, and a
+    Source found in it (a value computed once and bound to a temporary) as that name.
     """
+    if local_names is not None and source in local_names:
+        return local_names[source]
     return _SOURCE_EXPR[source.kind](source, local_names)
 
 
@@ -205,10 +215,28 @@ def _emit_len(g: Guard, k: Callable[[Any], str]) -> list[str]:
 def _emit_keys(g: Guard, k: Callable[[Any], str]) -> list[str]:
     ty, keys = g.expected
     if ty is dict or ty is collections.OrderedDict:
-        return [f"if type(v) is not {k(ty)} or list(v) != {k(list(keys))}: return False"]
-    # A dict subclass may override __iter__/keys; its storage's own key order is what was read.
-    base = collections.OrderedDict if issubclass(ty, collections.OrderedDict) else dict
-    return [f"if type(v) is not {k(ty)} or list({k(base.keys)}(v)) != {k(list(keys))}: return False"]
+        listed = "list(v)"
+    else:
+        # A dict subclass may override __iter__/keys; its storage's own key order is what was read.
+        base = collections.OrderedDict if issubclass(ty, collections.OrderedDict) else dict
+        listed = f"list({k(base.keys)}(v))"
+    check = f"type(v) is not {k(ty)} or {listed} != {k(list(keys))}"
+    if not all(type(key) is str for key in keys):
+        # Keys compare by value across types (1 == 1.0 == True, ('a', 1) == ('a', True)), but the
+        # trace baked each key in as the object it read: the types must match too.
+        check += f" or {k(key_types)}({listed}) != {k(key_types(keys))}"
+    return [f"if {check}: return False"]
+
+
+def key_types(keys: Iterable[Any]) -> tuple[Any, ...]:
+    """The type of each key, tuples spelled out item by item (what a keys guard compares besides the keys)."""
+    return tuple(_key_type(key) for key in keys)
+
+
+def _key_type(key: Any) -> Any:
+    if type(key) is tuple:
+        return (tuple, key_types(key))
+    return type(key)
 
 
 @_emitter("training")
@@ -271,6 +299,28 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+# Sources that build a new object each time they are read (a list of a dict's values, an
+# iterator's __reduce__): guards read them once into a temporary, so checking n values of one
+# dict costs one list, not n.
+_BUILT = ("listed", "values", "raw_values", "reduce")
+
+
+def _hoist(source: Source, hoisted: dict[Any, str]) -> list[str]:
+    """Lines binding each not yet bound built source under ``source`` (innermost first) to a temporary."""
+    chain: list[Source] = []
+    s: Source | None = source
+    while s is not None:
+        chain.append(s)
+        s = s.base
+    lines = []
+    for s in reversed(chain):
+        if s.kind in _BUILT and s not in hoisted:
+            expr = source_expr(s, hoisted)
+            hoisted[s] = f"_s{len(hoisted)}"
+            lines.append(f"    {hoisted[s]} = {expr}")
+    return lines
+
+
 def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], bool]:
     """Return one function ``check(L, G, B, C)`` that is True when every guard holds."""
     consts: dict[str, Any] = {}
@@ -285,9 +335,11 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
         return name
 
     lines = ["def check(L, G, B, C):", "  try:"]
+    hoisted: dict[Any, str] = {}
     for guard in guards:
         if guard.source is not None:
-            lines.append(f"    v = {source_expr(guard.source)}")
+            lines += _hoist(guard.source, hoisted)
+            lines.append(f"    v = {source_expr(guard.source, hoisted)}")
         for line in _EMITTERS[guard.kind](guard, k):
             lines.append("    " + line)
     # A source that no longer resolves (missing key or attribute) is a guard miss, not an error.

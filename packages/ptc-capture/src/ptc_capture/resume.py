@@ -101,6 +101,11 @@ def make_resume_code(
     old_names = list(params) + list(code.co_freevars)
     new_names = list(new_varnames) + list(code.co_freevars)
     index_map = {i: new_names.index(name) for i, name in enumerate(old_names)}
+    delta = offset // 2
+    # The prologue's one-byte arguments index the new locals (a chain of resumes deep inside a
+    # loop accumulates stack values as parameters): past 255 the frame runs eagerly instead.
+    if delta >= 1 << 16 or len(new_names) > 255:
+        raise Unsupported("function too large to resume")
     prologue = bytearray()
     # The frame prologue order CPython emits: MAKE_CELL, COPY_FREE_VARS, RESUME
     # (https://docs.python.org/3.11/library/dis.html#opcode-MAKE_CELL).
@@ -119,9 +124,6 @@ def make_resume_code(
     for name in sorted(unbound):
         opname = "DELETE_DEREF" if name in code.co_cellvars else "DELETE_FAST"
         prologue += _unit(opname, new_names.index(name))
-    delta = offset // 2
-    if delta >= 1 << 16 or len(new_names) > 255:
-        raise Unsupported("function too large to resume")
     prologue += _unit("EXTENDED_ARG", delta >> 8) + _unit("JUMP_FORWARD", delta & 0xFF)
     body = _remap_cell_indices(code.co_code, index_map)
     shift = len(prologue)

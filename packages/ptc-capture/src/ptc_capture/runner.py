@@ -25,6 +25,7 @@ from ptc_capture.autocast_state import AutocastExit, AutocastSwitch, apply_trans
 from ptc_capture.deferred import DeferredCall
 from ptc_capture.guards import source_expr
 from ptc_capture.interpreter.classes import made_in_trace
+from ptc_capture.interpreter.objects import is_slot
 from ptc_capture.interpreter.state import Unsupported
 from ptc_capture.logs import channel
 from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
@@ -59,6 +60,8 @@ class RunnerSource:
     memo: dict[int, str] = field(default_factory=dict)
     temps: int = 0
     frame_globals: Any = None
+    uses_globals: bool = False
+    """Whether the runner needs the frame's globals ``G`` beyond ``G[...]`` reads (a function made in the trace)."""
 
     def k(self, value: Any) -> str:
         """The name under which the runner sees ``value``."""
@@ -162,11 +165,13 @@ class RunnerSource:
         elif var.kind == "list":
             name = self.temp("[" + ", ".join(self.expr(v) for v in var.box.items) + "]")
         elif var.kind == "userobj":
-            attrs = "{" + ", ".join(f"{name!r}: {self.expr(v)}" for name, v in var.box.attrs.items()) + "}"
+            cls = var.value
+            attrs = "{" + ", ".join(f"{n!r}: {self.expr(v)}" for n, v in var.box.attrs.items() if not is_slot(cls, n)) + "}"
+            slots = "{" + ", ".join(f"{n!r}: {self.expr(v)}" for n, v in var.box.attrs.items() if is_slot(cls, n)) + "}"
             items = "None"
             if var.box.items is not None:
                 items = "[" + ", ".join(f"({self.k(key)}, {self.expr(v)})" for key, v in var.box.items.items.items()) + "]"
-            name = self.temp(f"{self.k(new_object)}({self.k(var.value)}, {attrs}, {items})")
+            name = self.temp(f"{self.k(new_object)}({self.k(cls)}, {attrs}, {items}, {slots})")
         elif var.kind == "dict":
             name = self.temp("{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}")
         else:
@@ -192,7 +197,11 @@ class RunnerSource:
             cells.append(cell)
         defaults = "(" + "".join(self.expr(v) + ", " for v in made.defaults) + ")" if made.defaults else "None"
         closure = "(" + "".join(c + ", " for c in cells) + ")" if cells else "None"
-        globals_expr = "G" if made.f_globals is self.frame_globals else self.k(made.f_globals)
+        if made.f_globals is self.frame_globals:
+            globals_expr = "G"
+            self.uses_globals = True
+        else:
+            globals_expr = self.k(made.f_globals)
         name = self.temp(
             f"{self.k(types.FunctionType)}({self.k(made.code)}, {globals_expr}, {made.code.co_name!r}, {defaults}, {closure})"
         )
@@ -222,11 +231,15 @@ class RunnerSource:
                 self.lines.append(f"    {target}.clear(); {target}.update({{{items}}})")
 
 
-def new_object(cls: type, attrs: dict[str, Any], items: list[tuple[Any, Any]] | None = None) -> Any:
-    """An instance of ``cls`` with ``attrs`` as its __dict__ (how objects made in a trace are rebuilt).
+def new_object(
+    cls: type, attrs: dict[str, Any], items: list[tuple[Any, Any]] | None = None, slots: dict[str, Any] | None = None
+) -> Any:
+    """An instance of ``cls`` with ``attrs`` as its __dict__ and ``slots`` in its slots (how objects made in a trace are rebuilt).
 
     ``items`` are the dict contents of a dict subclass, stored through the base dict's own slot
-    so that a class's ``__setitem__`` override (which may refuse or mirror writes) is not run.
+    so that a class's ``__setitem__`` override (which may refuse or mirror writes) is not run;
+    slots are stored through ``object.__setattr__``, past a frozen dataclass's ``__setattr__``, as
+    its ``__init__`` does.
     """
     if items is None:
         obj: Any = object.__new__(cls)
@@ -235,7 +248,10 @@ def new_object(cls: type, attrs: dict[str, Any], items: list[tuple[Any, Any]] | 
         obj = dict.__new__(cls)
         for key, value in items:
             base.__setitem__(obj, key, value)
-    obj.__dict__.update(attrs)
+    if attrs:
+        obj.__dict__.update(attrs)
+    for name, value in (slots or {}).items():
+        object.__setattr__(obj, name, value)
     return obj
 
 
@@ -298,7 +314,7 @@ def build_runner(
         src.lines.append(f"    return {src.expr(result)}")
     else:
         _break_ending(src, code, plan)
-    needs_globals = plan is not None or any("G[" in line for line in src.lines)
+    needs_globals = plan is not None or src.uses_globals or any("G[" in line for line in src.lines)
     header = ", ".join((["G"] if needs_globals else []) + list(params.values()) + (["C"] if code.co_freevars else []))
     src.lines[0] = f"def runner({header}):"
     text = "\n".join(src.lines)

@@ -15,6 +15,7 @@ an ObjBox; see interpreter/objects.py).
 from __future__ import annotations
 
 import collections
+import math
 import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 
     from ptc_capture.interpreter.state import CaptureState
 
-__all__ = ["CellBox", "DictBox", "IterBox", "ListBox", "ObjBox", "Var", "const", "python_value", "wrap"]
+__all__ = [
+    "CellBox", "DictBox", "IterBox", "ListBox", "ObjBox", "Var", "const", "constant_key", "python_value", "value_source", "wrap",
+]  # fmt: skip
 
 
 @dataclass(slots=True, eq=False)
@@ -113,7 +116,10 @@ def python_value(var: Var) -> Any:
         return var.value
     if kind == "tuple":
         values = tuple(python_value(v) for v in var.items)
-        return var.value(values) if isinstance(var.value, type) and var.value is not tuple else values
+        if not isinstance(var.value, type) or var.value is tuple:
+            return values
+        # A namedtuple class takes its fields one by one; torch.Size takes one sequence.
+        return var.value._make(values) if hasattr(var.value, "_make") else var.value(values)
     if kind == "list":
         return [python_value(v) for v in var.box.items]
     if kind == "dict":
@@ -168,6 +174,32 @@ def _wrap_autocast(state: CaptureState, value: Any, source: Source | None) -> Va
     return Var("ctx", region, source=source)
 
 
+_KEY_TYPES = (str, int, bool, float, type(None), torch.dtype, torch.device)
+
+
+def constant_key(key: Any) -> bool:
+    """True for a dict key the trace can hold as a constant: equal keys are interchangeable
+    (str, int, bool, float but NaN, None, dtypes, devices, and tuples of these)."""
+    ty = type(key)
+    if ty is tuple:
+        return all(constant_key(k) for k in key)
+    if ty is float:
+        return not math.isnan(key)  # a NaN key is found only by identity
+    return ty in _KEY_TYPES
+
+
+def value_source(source: Source, key: Any, index: int, raw: bool = False) -> Source:
+    """The source of the value under ``key``, the ``index``-th key of a dict read from ``source``.
+
+    ``source[key]`` when the key has a literal form (str, int); otherwise the ``index``-th of the
+    dict's values, in the key order its keys guard fixes. ``raw`` reads through dict's own slots,
+    past a dict subclass's ``__getitem__``/``values``.
+    """
+    if type(key) in (str, int):
+        return Source("raw_item", key, source) if raw else source.item(key)
+    return Source("raw_values" if raw else "values", None, source).item(index)
+
+
 def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
     """Return the Var of a real value read from ``source``, adding the guards the trace relies on."""
     guards = state.guards
@@ -188,10 +220,12 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
             guards.add(Guard("len", source, (ty, len(value))))
         box = ListBox([wrap(state, v, source.item(i) if source else None) for i, v in enumerate(value)])
         return state.remember_box(value, Var("list", box=box, source=source))
-    if ty in (dict, collections.OrderedDict) and all(type(k) in (str, int) for k in value):
+    if ty in (dict, collections.OrderedDict) and all(constant_key(k) for k in value):
         if source is not None:
             guards.add(Guard("keys", source, (ty, tuple(value))))
-        dbox = DictBox({k: wrap(state, v, source.item(k) if source else None) for k, v in value.items()})
+        dbox = DictBox(
+            {k: wrap(state, v, value_source(source, k, i) if source else None) for i, (k, v) in enumerate(value.items())}
+        )
         return state.remember_box(value, Var("dict", box=dbox, source=source))
     if type(value).__name__ == "GradModeExit" and type(value).__module__ == "ptc_capture.resume":
         if source is not None:

@@ -10,10 +10,10 @@ from typing import Any
 import torch
 
 from ptc_capture.guards import Source
-from ptc_capture.interpreter.calls import BUILTINS
+from ptc_capture.interpreter.calls import BUILTINS, inline_function
 from ptc_capture.interpreter.classes import made_in_trace, unwrap_descriptor
 from ptc_capture.interpreter.loop import handler
-from ptc_capture.interpreter.objects import store_attr
+from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot, store_attr
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call
 from ptc_capture.variables import NULL, DictBox, Var, const
@@ -66,10 +66,17 @@ def tensor_attr(frame: Frame, obj: Var, name: str) -> Var:
     raise Unsupported(f"tensor attribute .{name} is not supported")
 
 
+# Py_TPFLAGS_IMMUTABLETYPE (https://docs.python.org/3/c-api/typeobj.html#c.Py_TPFLAGS_IMMUTABLETYPE):
+# the attributes of such a type (object, dict, int) cannot be set or deleted.
+_IMMUTABLE_TYPE = 1 << 8
+
+
 def _stable_module(value: Any) -> bool:
     # torch.Tensor's attributes (its methods, read unbound) and the overloads of a torch.ops
-    # packet are as fixed as torch's functions.
+    # packet are as fixed as torch's functions; an immutable type's attributes cannot change.
     if value is torch.Tensor or isinstance(value, torch._ops.OpOverloadPacket):
+        return True
+    if isinstance(value, type) and value.__flags__ & _IMMUTABLE_TYPE:
         return True
     return isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in _STABLE_MODULE_PREFIXES
 
@@ -161,9 +168,11 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
     if name in obj.box.attrs:
         found: Var = obj.box.attrs[name]
         return found
-    if name == "__dict__":
+    if name == "__dict__" and has_instance_dict(obj.value):
         # The instance dict itself: the Var shares the ObjBox's attribute table, so writes
         # through ``obj.__dict__`` are attribute writes.
+        if any(is_slot(obj.value, attr) for attr in obj.box.attrs):
+            raise Unsupported(f"the __dict__ of a {obj.value.__name__} object that also has __slots__ values")
         return Var("dict", box=DictBox(obj.box.attrs))
     if name == "__class__":
         return frame.state.wrap(obj.value, None)
@@ -173,14 +182,14 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
             break
     else:
         raise Unsupported(f"{obj.value.__name__} object has no attribute {name!r} (AttributeError in eager)")
+    if type(attr) is types.MemberDescriptorType:
+        raise Unsupported(f"slot {name!r} of a {obj.value.__name__} object is not set (AttributeError in eager)")
     if isinstance(attr, types.FunctionType):
         return Var("method", attr, items=(obj,))
     unwrapped = unwrap_descriptor(frame, frame.state.wrap(obj.value, None), attr)
     if unwrapped is not None:
         return unwrapped
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        from ptc_capture.interpreter.calls import inline_function
-
         return inline_function(frame, attr.fget, None, [obj], {})
     if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)) and id(attr) in BUILTINS:
         # A C method the class inherits (dict.keys of a dict subclass): its rule takes self first.
@@ -282,6 +291,18 @@ def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
         return
     if obj.kind not in ("module", "object") or obj.source is None:
         raise Unsupported(f"attribute assignment on a {obj.kind} is not supported")
+    if obj.kind == "object":
+        cls = type(obj.value)
+        setter = class_attr(cls, "__setattr__")
+        if isinstance(setter, types.FunctionType):
+            # The class's own __setattr__ decides (a frozen dataclass's raises FrozenInstanceError,
+            # which must surface before anything after it runs): traced, it ends in
+            # object.__setattr__, a side effect, or in a graph break.
+            source = obj.source.attr("__class__").attr("__setattr__")
+            inline_function(frame, setter, source, [obj, const(inst.argval), value], {})
+            return
+        if setter is object.__setattr__ and not has_instance_dict(cls) and not is_slot(cls, inst.argval):
+            raise Unsupported(f"{cls.__name__} object has no attribute {inst.argval!r} (__slots__; AttributeError in eager)")
     if isinstance(obj.value, torch.nn.Module) and value.kind == "tensor" and inst.argval in obj.value._parameters:
         raise Unsupported("assigning to a parameter inside the traced region is not supported")
     frame.state.side_effects.store_attr(obj, inst.argval, value)

@@ -129,11 +129,14 @@ def _hasattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     if obj.kind in ("module", "object", "function", "callable", "const"):
         return const(hasattr(obj.value, name))
     if obj.kind == "userobj":
-        from ptc_capture.interpreter.objects import class_attr
+        from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot
 
         if class_attr(obj.value, "__getattr__") is not None:
             raise Unsupported(f"hasattr on a {obj.value.__name__} object with __getattr__")
-        return const(name in obj.box.attrs or name == "__dict__" or class_attr(obj.value, name) is not None)
+        if name in obj.box.attrs or (name == "__dict__" and has_instance_dict(obj.value)):
+            return const(True)
+        # An unset slot's descriptor is on the class, but reading it raises AttributeError.
+        return const(class_attr(obj.value, name) is not None and not is_slot(obj.value, name))
     raise Unsupported(f"hasattr on a {obj.kind}")
 
 

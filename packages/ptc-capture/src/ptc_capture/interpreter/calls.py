@@ -13,7 +13,7 @@ import torch
 
 from ptc_capture.autocast_state import AutocastExit
 from ptc_capture.guards import Source
-from ptc_capture.interpreter.dispatcher_ops import binding_op, dispatcher_call, is_dispatcher_op
+from ptc_capture.interpreter.dispatcher_ops import binding_op, custom_op_overload, dispatcher_call, is_dispatcher_op
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
 from ptc_capture.interpreter.values import as_const, from_python, graph_call, has_tensor, sequence_items
@@ -311,6 +311,9 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         return graph_call(frame, "call_function", value, tuple(args), kwargs)
     if is_dispatcher_op(value):
         return dispatcher_call(frame, value, args, kwargs)
+    overload = custom_op_overload(value)
+    if overload is not None:
+        return dispatcher_call(frame, overload, args, kwargs)
     method = tensor_method_name(value)
     if method is not None and args and args[0].kind == "tensor":
         # torch.Tensor.add_(x, y) is x.add_(y): the same rules (in-place results, effects).

@@ -6,7 +6,7 @@ from typing import Any
 
 from ptc_capture.interpreter.calls import caller
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import as_const, from_python, sequence_items
+from ptc_capture.interpreter.values import as_const, from_python, key_var, sequence_items
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
 __all__: list[str] = []
@@ -45,11 +45,11 @@ def _dict_method(frame: Frame, target: Var, name: str, args: list[Var]) -> Var:
     if name == "get":
         return items.get(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
     if name == "keys":
-        return Var("tuple", tuple, items=tuple(const(k) for k in items))
+        return Var("tuple", tuple, items=tuple(key_var(k) for k in items))
     if name == "values":
         return Var("tuple", tuple, items=tuple(items.values()))
     if name == "items":
-        return Var("tuple", tuple, items=tuple(Var("tuple", tuple, items=(const(k), v)) for k, v in items.items()))
+        return Var("tuple", tuple, items=tuple(Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()))
     if name == "copy":
         return Var("dict", box=DictBox(dict(items)))
     if name in ("update", "pop", "setdefault", "clear"):

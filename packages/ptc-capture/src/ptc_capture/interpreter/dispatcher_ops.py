@@ -21,13 +21,14 @@ import types
 from typing import Any
 
 import torch
+from torch._library.custom_ops import CustomOpDef
 
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call, has_tensor
 from ptc_capture.variables import Var, python_value
 from ptc_spec import allow_target, fallback_problem, is_allowed_target, overload_name
 
-__all__ = ["binding_op", "dispatcher_call", "is_dispatcher_op"]
+__all__ = ["binding_op", "custom_op_overload", "dispatcher_call", "is_dispatcher_op"]
 
 # The objects whose functions are torch's generated C bindings, one per aten op of the same name.
 _BINDING_MODULES = tuple(
@@ -38,6 +39,17 @@ _BINDING_MODULES = tuple(
 def is_dispatcher_op(value: Any) -> bool:
     """True for an op packet or overload read from ``torch.ops``."""
     return isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+
+
+def custom_op_overload(value: Any) -> Any:
+    """The op overload that a ``torch.library.custom_op`` object calls, or None for anything else.
+
+    Calling the object is calling its overload (``CustomOpDef.__call__``); reading it there needs
+    no source, so an op imported inside a function (``from m import op``, unguarded) is recorded too.
+    """
+    if isinstance(value, CustomOpDef):
+        return value._opoverload
+    return None
 
 
 def binding_op(value: Any) -> Any:

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ptc_capture.guards import Guard, Source
-from ptc_capture.interpreter.calls import BUILTINS, Caller, inline_function
+from ptc_capture.guards import Guard
+from ptc_capture.interpreter.calls import BUILTINS, Caller, call, inline_function
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import as_const, sequence_items
-from ptc_capture.variables import DictBox, IterBox, ObjBox, Var, const
+from ptc_capture.interpreter.values import as_const, key_var, sequence_items
+from ptc_capture.variables import DictBox, IterBox, ObjBox, Var, const, constant_key, value_source
 
 __all__ = [
-    "call_slot", "class_attr", "construct", "constructible", "dict_base", "has_slot", "iterate", "store_attr",
-    "userobj_truth",
+    "call_slot", "class_attr", "construct", "constructible", "dict_base", "has_instance_dict", "has_slot", "is_slot",
+    "iterate", "set_instance_attr", "store_attr", "userobj_truth",
 ]  # fmt: skip
 
 _DICT_BASES = (collections.OrderedDict, dict)
@@ -54,8 +55,9 @@ def constructible(cls: type) -> bool:
     # methods left raise TypeError in eager and are refused here.
     if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None):
         return False
-    # Empty __slots__ (abc.ABC's) add no slot descriptors; non-empty ones would need modelling.
-    if (cls.__module__ or "").startswith("torch") or any(vars(k).get("__slots__") for k in cls.__mro__[:-1]):
+    # torch's own classes (modules, distributions, hooks) keep state the model below does not
+    # know; its dataclasses (option records such as LinearCrossEntropyOptions) are plain data.
+    if (cls.__module__ or "").startswith("torch") and not dataclasses.is_dataclass(cls):
         return False
     new = getattr(cls, "__new__", None)
     if not (new is object.__new__ or (new is dict.__new__ and dict_base(cls) is not None)):
@@ -68,6 +70,16 @@ def constructible(cls: type) -> bool:
     return getattr(cls, "__getattribute__", None) in (object.__getattribute__, dict.__getattribute__) and (
         setter is object.__setattr__ or isinstance(setter, types.FunctionType)
     )
+
+
+def is_slot(cls: type, name: str) -> bool:
+    """True when ``name`` is a ``__slots__`` entry of ``cls``: stored in the instance's slot, not its __dict__."""
+    return type(class_attr(cls, name)) is types.MemberDescriptorType
+
+
+def has_instance_dict(cls: type) -> bool:
+    """True when instances of ``cls`` have a ``__dict__`` (no ``__slots__``, or one naming ``__dict__``)."""
+    return bool(cls.__dictoffset__)
 
 
 def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -83,6 +95,40 @@ def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) 
     if not (result.kind == "const" and result.value is None):
         raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
     return obj
+
+
+def _dataclass_replace(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # dataclasses.replace(obj, /, **changes) is obj.__class__(**changes) with each init field
+    # not in changes read from obj (https://docs.python.org/3/library/dataclasses.html#dataclasses.replace).
+    # Its fields are class-level metadata, fixed when @dataclass ran, so they are read here
+    # rather than traced through the stdlib's private Field bookkeeping.
+    from ptc_capture.interpreter.attrs import load_attr
+    from ptc_capture.interpreter.builtins import python_type
+
+    if len(args) != 1:
+        raise Unsupported("dataclasses.replace() takes one positional argument (TypeError in eager)")
+    obj = args[0]
+    cls = python_type(obj)
+    fields = getattr(cls, "__dataclass_fields__", None)
+    if not isinstance(fields, dict):
+        raise Unsupported("dataclasses.replace() of a non-dataclass instance (TypeError in eager)")
+    changes = dict(kwargs)
+    for field in fields.values():
+        kind = getattr(field, "_field_type", None)
+        if kind is getattr(dataclasses, "_FIELD_CLASSVAR", None):
+            continue
+        if not field.init:
+            if field.name in changes:
+                raise Unsupported(f"dataclasses.replace() of the init=False field {field.name!r} (ValueError in eager)")
+            continue
+        if field.name not in changes:
+            if kind is getattr(dataclasses, "_FIELD_INITVAR", None) and field.default is dataclasses.MISSING:
+                raise Unsupported(f"dataclasses.replace() without the InitVar {field.name!r} (ValueError in eager)")
+            changes[field.name] = load_attr(frame, obj, field.name)
+    return call(frame, frame.state.wrap(cls, None), [], changes)
+
+
+BUILTINS[id(dataclasses.replace)] = _dataclass_replace
 
 
 def has_slot(obj: Var, name: str) -> bool:
@@ -106,11 +152,31 @@ def store_attr(frame: Frame, obj: Var, name: str, value: Var) -> None:
     """Trace ``obj.<name> = value`` on a userobj, through its class's ``__setattr__``."""
     setter = class_attr(obj.value, "__setattr__")
     if setter is object.__setattr__:
-        obj.box.attrs[name] = value
+        set_instance_attr(frame, obj, name, value)
     elif isinstance(setter, types.FunctionType):
+        # A frozen dataclass's __setattr__ raises FrozenInstanceError: a graph break, so the
+        # frame runs eagerly and raises it where eager does.
         inline_function(frame, setter, None, [obj, const(name), value], {})
     else:
         raise Unsupported(f"{obj.value.__name__}.__setattr__ is not supported")
+
+
+def set_instance_attr(frame: Frame, obj: Var, name: str, value: Var) -> None:
+    """Trace ``object.__setattr__(obj, name, value)`` on a userobj: a property's setter, a slot, or the instance dict."""
+    cls = obj.value
+    found = class_attr(cls, name)
+    if isinstance(found, property):
+        # A data descriptor of the class takes the store (https://docs.python.org/3/howto/descriptor.html).
+        if not isinstance(found.fset, types.FunctionType):
+            raise Unsupported(f"property {name!r} of a {cls.__name__} object has no Python setter")
+        inline_function(frame, found.fset, None, [obj, value], {})
+        return
+    if type(found) is not types.MemberDescriptorType:
+        if found is not None and hasattr(type(found), "__set__"):
+            raise Unsupported(f"attribute {name!r} of a {cls.__name__} object is a {type(found).__name__} descriptor")
+        if not has_instance_dict(cls):
+            raise Unsupported(f"{cls.__name__} object has no attribute {name!r} (__slots__; AttributeError in eager)")
+    obj.box.attrs[name] = value
 
 
 def userobj_truth(frame: Frame | None, obj: Var) -> bool:
@@ -141,12 +207,17 @@ def _sourced_view(frame: Frame, var: Var) -> DictBox:
     # guarded and each value is read past the subclass's own __getitem__, as the C slot does.
     value = var.value
     assert var.source is not None
-    if not all(type(k) in (str, int) for k in value):
-        raise Unsupported(f"a {type(value).__name__} with keys other than str and int")
     base: Any = dict_base(type(value)) or dict
     keys = tuple(base.keys(value))
+    literal = all(type(k) in (str, int) for k in keys)
+    # Values of keys without a literal form are read by position through dict.values, whose
+    # order an OrderedDict's move_to_end leaves behind its own.
+    if not all(constant_key(k) for k in keys) or (not literal and base is not dict):
+        raise Unsupported(f"a {type(value).__name__} with keys other than constants")
     frame.state.guards.add(Guard("keys", var.source, (type(value), keys)))
-    items = {k: frame.state.wrap(base.__getitem__(value, k), Source("raw_item", k, var.source)) for k in keys}
+    items = {
+        k: frame.state.wrap(base.__getitem__(value, k), value_source(var.source, k, i, raw=True)) for i, k in enumerate(keys)
+    }
     return DictBox(items)
 
 
@@ -194,7 +265,7 @@ def _dict_len(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) ->
 
 @_rule("keys", "__iter__")
 def _dict_keys(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("iter", box=IterBox([const(k) for k in _storage(frame, args[0])[0].items]))
+    return Var("iter", box=IterBox([key_var(k) for k in _storage(frame, args[0])[0].items]))
 
 
 @_rule("values")
@@ -205,7 +276,7 @@ def _dict_values(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var])
 @_rule("items")
 def _dict_items(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     items = _storage(frame, args[0])[0].items
-    return Var("iter", box=IterBox([Var("tuple", tuple, items=(const(k), v)) for k, v in items.items()]))
+    return Var("iter", box=IterBox([Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()]))
 
 
 def _mutable(frame: Frame, args: list[Var]) -> tuple[DictBox, Any]:
@@ -239,7 +310,7 @@ def _object_setattr(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Va
     target, name_var, value = args
     name = as_const(name_var, "an attribute name")
     if target.kind == "userobj":
-        target.box.attrs[name] = value
+        set_instance_attr(frame, target, name, value)
     elif target.kind in ("object", "module") and target.source is not None:
         if isinstance(target.value, torch.nn.Module):
             raise Unsupported("object.__setattr__ on an nn.Module bypasses its parameter bookkeeping")

@@ -11,7 +11,7 @@ import torch
 
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import as_const, from_python, graph_call, truth
+from ptc_capture.interpreter.values import as_const, from_python, graph_call, is_plain_tuple, sequence_items, truth
 from ptc_capture.variables import ListBox, Var, const, is_python_value, python_value
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -221,7 +221,8 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
         if isinstance(key, slice):
             picked = items[key]
             if kind == "tuple":
-                return Var("tuple", obj.value if obj.value is not torch.Size else torch.Size, items=tuple(picked))
+                # A slice of torch.Size is a Size; of any other tuple subclass (a namedtuple), a tuple.
+                return Var("tuple", torch.Size if obj.value is torch.Size else tuple, items=tuple(picked))
             return Var("list", box=ListBox(list(picked)))
         try:
             return items[operator.index(key)]
@@ -247,6 +248,12 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
 
         return call_slot(frame, obj, "__getitem__", [index])
     if kind == "object" and index.kind == "const" and obj.source is not None:
+        if isinstance(index.value, slice):
+            # A slice has no source of its own (and is unhashable before 3.12): a tuple from the
+            # frame is sliced over its guarded items; other objects may slice as they like.
+            if not is_plain_tuple(type(obj.value)):
+                raise Unsupported(f"slicing a {type(obj.value).__name__} from the frame")
+            return getitem(frame, Var("tuple", tuple, items=tuple(sequence_items(frame, obj))), index)
         try:
             value = obj.value[index.value]
         except Exception as exc:

@@ -15,7 +15,10 @@ from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
 from ptc_capture.logs import channel
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
-__all__ = ["as_const", "from_python", "graph_call", "has_tensor", "sequence_items", "truth", "unpack_deferred"]
+__all__ = [
+    "as_const", "from_python", "graph_call", "has_tensor", "is_plain_tuple", "key_var", "sequence_items", "truth",
+    "unpack_deferred",
+]  # fmt: skip
 
 _deferred_log = channel("graph_breaks")
 
@@ -34,6 +37,13 @@ def from_python(value: Any) -> Var:
     if isinstance(value, torch.nn.Module):
         raise Unsupported("an nn.Module created inside the traced region is not supported")
     return const(value)
+
+
+def key_var(key: Any) -> Var:
+    """The Var of a dict key (a constant; tuple keys as tuples of constants, so they unpack and index)."""
+    if type(key) is tuple:
+        return Var("tuple", tuple, items=tuple(key_var(k) for k in key))
+    return const(key)
 
 
 def has_tensor(values: Any) -> bool:
@@ -92,7 +102,7 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
     if kind == "list":
         return list(var.box.items)
     if kind == "dict":
-        return [const(k) for k in var.box.items]
+        return [key_var(k) for k in var.box.items]
     if kind == "iter":
         items = var.box.items[var.box.pos :]
         var.box.pos = len(var.box.items)
@@ -107,6 +117,12 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
         return [graph_call(frame, "call_function", operator.getitem, (var, const(i)), {}) for i in range(count)]
     if kind == "const" and isinstance(var.value, (range, str, tuple, bytes, frozenset, set)):
         return [const(v) for v in var.value]
+    if kind == "object" and var.source is not None and is_plain_tuple(type(var.value)):
+        # A tuple subclass from the frame (a namedtuple): immutable, so its items are fixed by
+        # guarding each one where it is read, as for a plain tuple.
+        state = frame.state
+        state.guards.add(Guard("len", var.source, (type(var.value), len(var.value))))
+        return [state.wrap(v, var.source.item(i)) for i, v in enumerate(var.value)]
     if kind in ("object", "const") and isinstance(var.value, (dict, tuple, list)):
         return [from_python(v) for v in var.value]
     if kind == "module" and isinstance(var.value, (torch.nn.ModuleList, torch.nn.Sequential)):
@@ -122,6 +138,11 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
     if kind == "object" and var.source is not None and _reiterable(var.value):
         return _listed_items(frame, var)
     raise Unsupported(f"iteration over a {kind} ({type(var.value).__name__}) is not supported")
+
+
+def is_plain_tuple(ty: type) -> bool:
+    """A tuple subclass that iterates and indexes as a tuple (namedtuples)."""
+    return issubclass(ty, tuple) and ty.__iter__ is tuple.__iter__ and ty.__getitem__ is tuple.__getitem__
 
 
 _CONTAINER_ABCS = (collections.abc.Sequence, collections.abc.Set, collections.abc.Mapping, collections.abc.MappingView)
