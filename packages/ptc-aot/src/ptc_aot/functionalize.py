@@ -33,6 +33,7 @@ from .mutations import (
     call_arguments,
     functional_form,
     inplace_view_counterpart,
+    with_defaults,
     written_arguments,
 )
 from .views import INVERSES, ViewStep, invertible, returns_list, view_source
@@ -247,7 +248,8 @@ def _record_results(state: _Pass, node: torch.fx.Node, out: Any, make: Any) -> N
 def _mutating_call(state: _Pass, node: torch.fx.Node, target: torch._ops.OpOverload, bound: dict[str, Any]) -> None:
     form = functional_form(target, bound)
     new_bound = {
-        k: pytree.tree_map(lambda x: state.read(x) if isinstance(x, torch.fx.Node) else x, v) for k, v in bound.items()
+        k: pytree.tree_map(lambda x: state.read(x) if isinstance(x, torch.fx.Node) else x, v)
+        for k, v in with_defaults(target._schema, bound).items()
     }
     out: Any
     if target in REWRITES:

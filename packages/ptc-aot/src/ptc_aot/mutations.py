@@ -48,6 +48,16 @@ def bind(schema: torch._C.FunctionSchema, args: tuple[Any, ...], kwargs: Mapping
     return bound
 
 
+def with_defaults(schema: torch._C.FunctionSchema, bound: Mapping[str, Any]) -> dict[str, Any]:
+    """``bound`` plus the schema's defaults for what the call left out (``bernoulli_(x)`` means p=0.5),
+    so that the functional op, whose defaults may differ or be missing, gets them explicitly."""
+    full = dict(bound)
+    for arg in schema.arguments:
+        if arg.name not in full and arg.has_default_value():
+            full[arg.name] = arg.default_value
+    return full
+
+
 def call_arguments(schema: torch._C.FunctionSchema, bound: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Positional and keyword arguments that pass ``bound`` to an op of ``schema``."""
     args: list[Any] = []
