@@ -60,7 +60,7 @@ _UNARY = {
     "ceil": "std::ceil({0})",
     "round": "ptc_round({0})",
     "trunc": "std::trunc({0})",
-    "signbit": "std::signbit({0})",
+    "signbit": "ptc_signbit({0})",
     "isnan": "std::isnan({0})",
     "isinf": "std::isinf({0})",
     "logical_not": "(!{0})",

@@ -116,6 +116,13 @@ template <typename T> static inline T ptc_sigmoid(T x) { return T(1) / (T(1) + p
 template <typename T> static inline T ptc_rsqrt(T x) { return T(1) / std::sqrt(x); }
 template <typename T> static inline T ptc_frac(T x) { return x - std::trunc(x); }
 template <typename T> static inline T ptc_round(T x) { return std::nearbyint(x); }
+// The sign bit read as an integer: gcc 12 crashes (an internal compiler error) vectorizing
+// std::signbit of a float converted from bfloat16 or half into a bool store.
+template <typename T> static inline bool ptc_signbit(T x) {
+  if constexpr (std::is_same_v<T, float>) { uint32_t b; std::memcpy(&b, &x, 4); return (b >> 31) != 0; }
+  else if constexpr (std::is_same_v<T, double>) { uint64_t b; std::memcpy(&b, &x, 8); return (b >> 63) != 0; }
+  else return x < 0;  // integers have no negative zero
+}
 template <typename T> static inline T ptc_heaviside(T x, T v) { return x == 0 ? v : static_cast<T>(x > 0); }
 template <typename T> static inline T ptc_logaddexp(T a, T b) {
   if (std::isinf(a) && a == b) return a;
