@@ -298,3 +298,12 @@ def test_every_arithmetic_dunder_a_tensor_has_round_trips(method: str) -> None:
     gm = torch.fx.GraphModule({}, g)
     loaded = ptc_spec.loads(ptc_spec.dumps(gm))
     assert [n.target for n in loaded.graph.nodes if n.op == "call_method"] == [method]
+
+
+def test_a_nan_constant_round_trips_through_the_boundary_check() -> None:
+    # masked ops fill with NaN constants; NaN != NaN must not read as a changed constant.
+    const = torch.tensor([float("nan"), 1.0, -0.0], dtype=torch.bfloat16)
+    gm = ptc_spec.trace(lambda x: x + const, TensorMeta.of((3,), dtype=torch.bfloat16))
+    loaded = ptc_spec.roundtrip(gm)
+    x = torch.randn(3, dtype=torch.bfloat16)
+    assert torch.equal(loaded(x).isnan(), gm(x).isnan())
