@@ -159,3 +159,53 @@ CASES: list[Case] = [
     # nested inputs and outputs
     ("nested_io", lambda xs, d: {"sum": xs[0] + xs[1], "scaled": [d["w"] * 2, None, 3]}, ([M((2,)), M((2,))], {"w": M((2,))})),
 ]
+
+
+# -- symbolic sizes ---------------------------------------------------------------------------
+# (name, fn, inputs as (shape, dims made dynamic, dtype)): traced once with those dims symbolic,
+# then run at other sizes. Grown dims keep their parity, so guards such as "s1 is even" hold.
+Dyn = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
+SymbolicCase = tuple[str, Callable[..., Any], tuple[Dyn, ...]]
+
+_W = torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(1))
+_EMB = torch.randn(10, 4, generator=torch.Generator().manual_seed(2))
+
+
+def D(shape: tuple[int, ...], dims: tuple[int, ...], dtype: torch.dtype = f32) -> Dyn:
+    return (shape, dims, dtype)
+
+
+SYMBOLIC_CASES: list[SymbolicCase] = [
+    ("broadcast_add", lambda a, b: a + b, (D((6, 5), (0, 1)), D((5,), (0,)))),
+    ("outer_mul", lambda a, b: a * b, (D((6, 1), (0,)), D((1, 5), (1,)))),
+    ("where", lambda a, b: torch.where(a > 0, a, b), (D((6, 5), (0, 1)), D((6, 5), (0, 1)))),
+    ("sum_mean_var", lambda a: a.sum(1) + a.mean(0).sum() + a.var(1), (D((6, 5), (0, 1)),)),
+    ("amax_argmax", lambda a: (a.amax(0), a.argmax(1)), (D((6, 5), (0, 1)),)),
+    ("mm", lambda a, b: a @ b, (D((6, 5), (0,)), D((5, 3), (1,)))),
+    ("bmm", torch.bmm, (D((3, 6, 5), (0, 1)), D((3, 5, 4), (0, 2)))),
+    ("matmul_broadcast", lambda a, b: a @ b, (D((3, 6, 5), (0, 1)), D((5, 4), ()))),
+    ("view_from_sizes", lambda a: a.view(a.shape[0], 5, -1) * 2, (D((6, 10), (0,)),)),
+    ("view_arithmetic", lambda a: a.reshape(a.size(0) * a.size(1) // 2, 2), (D((6, 4), (0, 1)),)),
+    ("reshape_transposed", lambda a: a.t().reshape(-1), (D((6, 5), (0, 1)),)),
+    ("permute_contiguous", lambda a: a.permute(2, 0, 1).contiguous(), (D((6, 5, 3), (0, 1)),)),
+    ("expand_to_other", lambda a, b: a.expand(b.shape[0], -1) + b, (D((1, 5), (1,)), D((6, 5), (0, 1)))),
+    ("cat_split", lambda a, b: torch.cat([a, b], 1).split(2, 1), (D((6, 5), (0,)), D((6, 3), (0,)))),
+    ("cat_dynamic", lambda a, b: torch.cat([a, b, a], 0), (D((6, 5), (0, 1)), D((4, 5), (0, 1)))),
+    ("chunk", lambda a: a.chunk(2, 0)[1] + 1, (D((6, 5), (0, 1)),)),
+    ("pad_slice", lambda a: F.pad(a, (1, 2, 0, 3))[1:, ::2], (D((6, 5), (0, 1)),)),
+    ("select_index", lambda a, i: a[:, -1] + a[i].sum(0), (D((6, 6), (0, 1)), D((4,), (0,), i64))),
+    ("conv2d", lambda a: F.conv2d(a, _W, stride=2, padding=1), (D((2, 3, 9, 8), (0, 2, 3)),)),
+    ("max_pool_interpolate", lambda a: F.interpolate(F.max_pool2d(a, 2), scale_factor=2), (D((2, 3, 6, 8), (0, 2, 3)),)),
+    ("softmax", lambda a: a.softmax(-1) + F.log_softmax(a, 0), (D((6, 5), (0, 1)),)),
+    ("layer_norm_bf16", lambda a: F.layer_norm(a.to(bf16), (5,)), (D((3, 6, 5), (0, 1)),)),
+    ("softmax_fp16", lambda a: a.half().softmax(0), (D((6, 5), (0, 1)),)),
+    ("embedding", lambda i: F.embedding(i, _EMB), (D((3, 6), (0, 1), i64),)),
+    (
+        "sdpa",
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+        (D((2, 2, 6, 4), (0, 2)), D((2, 2, 7, 4), (0, 2)), D((2, 2, 7, 4), (0, 2))),
+    ),
+    ("arange_new_zeros", lambda a: a[:, :2] + torch.arange(a.shape[0]).unsqueeze(1) + a.new_zeros(a.shape[0], 2), (D((6, 5), (0, 1)),)),
+    ("cumsum_topk", lambda a: a.cumsum(1).topk(2, dim=1).values, (D((6, 5), (0, 1)),)),
+    ("size_results", lambda a: (a * 2, a.shape[0] * a.shape[1] + 1, a.shape[1] / 2), (D((6, 5), (0, 1)),)),
+]

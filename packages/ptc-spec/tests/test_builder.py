@@ -85,3 +85,15 @@ def test_misuse_is_explained() -> None:
     b.build()
     with pytest.raises(ValueError, match="already built"):
         b.call(aten.exp.default, x)
+
+
+def test_a_builder_with_a_shape_env_builds_graphs_of_symbolic_sizes() -> None:
+    env = ptc_spec.ShapeEnv()
+    b = GraphBuilder("core/1", shape_env=env)
+    x = b.input("x", ptc_spec.dynamic_meta(TensorMeta.of((4, 8)), [0], env))
+    b.output(b.call(aten.sum.dim_IntList, b.call(aten.exp.default, x), [0]))
+    gm = b.build()
+    assert ptc_spec.shape_env_of(gm).guards == env.guards  # type: ignore[union-attr]
+    for rows in (2, 9):
+        t = torch.randn(rows, 8)
+        assert_same(gm(t), t.exp().sum(0))

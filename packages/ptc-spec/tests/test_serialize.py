@@ -300,6 +300,30 @@ def test_every_arithmetic_dunder_a_tensor_has_round_trips(method: str) -> None:
     assert [n.target for n in loaded.graph.nodes if n.op == "call_method"] == [method]
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        sympy.Ge(ptc_spec.size_symbol("s0"), 1, evaluate=False),
+        sympy.Eq(sympy.Mod(ptc_spec.size_symbol("s0"), 8), 0),
+        sympy.Ne(ptc_spec.size_symbol("s0"), 2 * ptc_spec.size_symbol("s1")),
+        sympy.Not(sympy.And(sympy.Eq(ptc_spec.size_symbol("s0"), 3), sympy.Lt(ptc_spec.size_symbol("s1"), 4))),
+        sympy.Or(sympy.Gt(ptc_spec.size_symbol("s0"), 3), sympy.Le(ptc_spec.size_symbol("s1"), 4)),
+        sympy.true,
+        ptc_spec.size_symbol("s0") / 2 + sympy.Float(0.25),
+        sympy.Max(1, sympy.floor(ptc_spec.size_symbol("s0") / 3)),
+    ],
+    ids=["unevaluated_ge", "divisible", "ne", "not_and", "or", "true", "float", "max_floor"],
+)
+def test_symbolic_conditions_and_expressions_round_trip_exactly(value: sympy.Basic) -> None:
+    g = torch.fx.Graph()
+    g.output(g.placeholder("x"))
+    gm = ptc_spec.set_dialect(torch.fx.GraphModule({}, g), "aten")
+    gm.meta["ptc_value"] = (value,)
+    loaded = ptc_spec.roundtrip(gm)
+    assert loaded.meta["ptc_value"] == (value,)
+    assert type(loaded.meta["ptc_value"][0]) is type(value)
+
+
 def test_a_nan_constant_round_trips_through_the_boundary_check() -> None:
     # masked ops fill with NaN constants; NaN != NaN must not read as a changed constant.
     const = torch.tensor([float("nan"), 1.0, -0.0], dtype=torch.bfloat16)

@@ -6,14 +6,16 @@ import operator
 from typing import Any
 
 import pytest
+import sympy
 import torch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 import ptc_spec
-from ptc_spec import META_KEY, DataDependentError, TensorMeta, TraceError, trace
-from ptc_spec.testing import assert_same
+from ptc_spec import META_KEY, DataDependentError, ShapeEnv, TensorMeta, TraceError, dynamic_meta, trace
+from ptc_spec.testing import assert_same, compare_with_eager
 
-from .cases import CASES
+from .cases import CASES, SYMBOLIC_CASES
 
 aten = torch.ops.aten
 
@@ -198,9 +200,9 @@ def test_data_dependent_error_type() -> None:
         trace(lambda x: x.nonzero(), TensorMeta.of((4,)))
 
 
-def test_symbolic_inputs_are_refused_clearly() -> None:
+def test_symbolic_inputs_outside_the_tracers_shape_env_are_refused_clearly() -> None:
     s = ptc_spec.size_symbol("s0")
-    with pytest.raises(TraceError, match="symbolic sizes"):
+    with pytest.raises(TraceError, match=r"symbolic sizes \(s0, 3\), but the tracer's ShapeEnv has no symbol s0"):
         trace(torch.exp, TensorMeta.of((s, 3)))
 
 
@@ -272,3 +274,163 @@ def test_norm_statistics_carry_the_traced_devices_dtype(call: Any, params: torch
 
     assert dtypes("cpu") == [t.dtype for t in call(x, w, r, lw)]
     assert dtypes("cuda") == [t.dtype for t in call(*(t.to("meta") for t in (x, w, r, lw)))]
+
+
+# -- symbolic sizes ---------------------------------------------------------------------------
+def _dynamic_inputs(specs: tuple[Any, ...], env: ShapeEnv) -> list[TensorMeta]:
+    return [dynamic_meta(TensorMeta.of(shape, dtype), dims, env) for shape, dims, dtype in specs]
+
+
+def _real_inputs(specs: tuple[Any, ...], grow: int, seed: int = 0) -> list[torch.Tensor]:
+    """Inputs with every dynamic dim grown by ``grow`` (integer inputs stay valid indices)."""
+    out = []
+    for i, (shape, dims, dtype) in enumerate(specs):
+        actual = tuple(s + grow if d in dims else s for d, s in enumerate(shape))
+        meta = TensorMeta.of(actual, dtype)
+        out.append(meta.example(seed=seed + i) % 3 if dtype == torch.int64 else meta.example(seed=seed + i))
+    return out
+
+
+@pytest.mark.parametrize(("name", "fn", "specs"), SYMBOLIC_CASES, ids=[c[0] for c in SYMBOLIC_CASES])
+def test_a_symbolic_trace_runs_like_eager_at_other_sizes(name: str, fn: Any, specs: tuple[Any, ...]) -> None:
+    env = ShapeEnv()
+    metas = _dynamic_inputs(specs, env)
+    gm = ptc_spec.roundtrip(trace(fn, *metas, shape_env=env))
+    for grow in (0, 2, 4, 6):
+        args = _real_inputs(specs, grow)
+        values = ptc_spec.symbol_values(metas, args)
+        assert values is not None and env.guards_hold(values), (grow, env.guards)
+        compare_with_eager(gm, lambda *a: pytree.tree_map(lambda r: tuple(r) if isinstance(r, tuple) else r, fn(*a)), *args)
+
+
+def test_every_node_of_a_symbolic_trace_has_symbolic_metadata_matching_eager() -> None:
+    env = ShapeEnv()
+    fn = lambda a, b: (a @ b).softmax(-1).reshape(-1)  # noqa: E731
+    metas = [dynamic_meta(TensorMeta.of((6, 5)), [0, 1], env), dynamic_meta(TensorMeta.of((5, 4)), [0, 1], env)]
+    gm = trace(fn, *metas, shape_env=env)
+    s0, s1, s2, s3 = env.symbols
+    assert env.replacements == {s2: s1}
+    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    assert out.meta[META_KEY].shape == (s0 * s3,)
+    x, w = torch.randn(9, 7), torch.randn(7, 3)
+    seen: dict[str, Any] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            seen[n.name] = super().run_node(n)
+            return seen[n.name]
+
+    Recorder(gm).run(x, w)
+    values = {s0: 9, s1: 7, s2: 7, s3: 3}
+    for node in gm.graph.nodes:
+        meta = node.meta.get(META_KEY)
+        if isinstance(meta, TensorMeta):
+            real = seen[node.name]
+            assert meta.concrete_shape(values) == tuple(real.shape), node.name
+            assert meta.concrete_stride(values) == real.stride(), node.name
+        elif isinstance(meta, sympy.Expr):
+            assert int(meta.xreplace(values)) == seen[node.name], node.name
+
+
+def test_sizes_computed_in_python_become_size_nodes_not_guards() -> None:
+    env = ShapeEnv()
+    x = dynamic_meta(TensorMeta.of((6, 8)), [0, 1], env)
+    gm = trace(lambda a: a.view(a.shape[0] * 2, a.size(1) // 2), x, shape_env=env)
+    view = next(n for n in gm.graph.nodes if n.target is aten.view.default)
+    size_ops = [n.target for n in gm.graph.nodes if n.op == "call_function" and n is not view]
+    assert size_ops.count(aten.sym_size.int) == 2
+    assert {operator.mul, operator.floordiv} <= set(size_ops)
+    assert all(isinstance(a, torch.fx.Node) for a in view.args[1])
+    s0, s1 = env.symbols
+    assert view.meta[META_KEY].shape == (2 * s0, s1 / 2)
+    assert [str(g) for g in env.guards] == ["s0 >= 2", "s1 >= 2", "Eq(Mod(s1, 2), 0)", "Ne(s1, 2)"]
+    compare_with_eager(gm, lambda a: a.view(a.shape[0] * 2, a.size(1) // 2), torch.randn(5, 12))
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(8, "s0 > 4"), (3, "s0 <= 4")])
+def test_a_branch_on_a_size_in_traced_code_is_a_guard(rows: int, expected: str) -> None:
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        return a * 2 if a.shape[0] > 4 else a - 1
+
+    env = ShapeEnv()
+    gm = trace(fn, dynamic_meta(TensorMeta.of((rows, 3)), [0], env), shape_env=env)
+    assert [str(g) for g in env.guards] == ["s0 >= 2", expected]
+    same_side = rows + 3 if rows > 4 else rows - 1
+    assert env.guards_hold({"s0": same_side}) and not env.guards_hold({"s0": 11 - rows})
+    compare_with_eager(gm, fn, torch.randn(same_side, 3))
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.LayerNorm(8))
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.mlp = _mlp() if dim == 8 else torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(x)
+
+
+@pytest.mark.parametrize("model", [_mlp(), _Attention()], ids=["mlp", "attention"])
+def test_a_model_traced_with_symbolic_batch_and_sequence_runs_like_eager_at_three_other_sizes(model: torch.nn.Module) -> None:
+    dim = 8 if isinstance(model, torch.nn.Sequential) else 16
+    env = ShapeEnv()
+    x = dynamic_meta(TensorMeta.of((3, 10, dim)), [0, 1], env)
+
+    def run(a: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = model(a)
+        return out
+
+    gm = ptc_spec.roundtrip(trace(run, x, shape_env=env))
+    assert [str(g) for g in env.guards] == ["s0 >= 2", "s1 >= 2"]
+    for batch, seq in ((2, 5), (4, 17), (7, 3)):
+        assert env.guards_hold({"s0": batch, "s1": seq})
+        compare_with_eager(gm, run, torch.randn(batch, seq, dim))
+
+
+def test_a_backward_traced_with_a_symbolic_batch_runs_like_eager() -> None:
+    lin = torch.nn.Linear(6, 4)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loss = lin(x).relu().sum()
+        return (loss, *torch.autograd.grad(loss, x))
+
+    env = ShapeEnv()
+    gm = trace(fn, dynamic_meta(TensorMeta.of((5, 6), requires_grad=True), [0], env), shape_env=env)
+    for rows in (2, 9):
+        x = torch.randn(rows, 6, requires_grad=True)
+        assert_same(gm(x), fn(x))
+
+
+def test_a_symbolic_graph_file_keeps_its_symbols_and_guards() -> None:
+    env = ShapeEnv()
+    x = dynamic_meta(TensorMeta.of((8, 6)), [0, 1], env)
+    gm = trace(lambda a: a.view(a.shape[0], 2, -1).sum(1) + (1 if a.shape[0] > 4 else 0), x, shape_env=env)
+    loaded = ptc_spec.loads(ptc_spec.dumps(gm))
+    restored = ptc_spec.shape_env_of(loaded)
+    assert restored is not None and restored.guards == env.guards == ptc_spec.shape_env_of(gm).guards  # type: ignore[union-attr]
+    assert restored.hints == env.hints and restored.symbols == env.symbols
+    assert [str(g) for g in restored.guards] == ["s0 >= 2", "s1 >= 2", "Eq(Mod(s1, 2), 0)", "Ne(s1, 2)", "s0 > 4"]
+    for rows, cols in ((5, 4), (12, 10)):
+        assert restored.guards_hold({"s0": rows, "s1": cols})
+        a = torch.randn(rows, cols)
+        assert_same(loaded(a), a.view(rows, 2, -1).sum(1) + 1)
+
+
+def test_a_graph_of_static_sizes_records_no_shape_env() -> None:
+    gm = trace(torch.exp, TensorMeta.of((3,)))
+    assert ptc_spec.SHAPE_ENV_KEY not in gm.meta and ptc_spec.shape_env_of(gm) is None

@@ -11,14 +11,18 @@ from .errors import (
     PtcSpecError,
     SerializationError,
     TraceError,
+    UnbackedSizeError,
     UnsupportedDialectError,
 )
 from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
-from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, size_symbol
+from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_meta, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
+from .shapes import SHAPE_ENV_KEY, ShapeEnv, record_shape_env, shape_env_of, symbol_values
+from .symnode import SymNode, expr_of, symbolic
 from .targets import allow_target, is_allowed_target, target_name
-from .tracer import TracedTensor, Tracer, finish, trace
+from .tracer import TracedTensor, Tracer, finish, symbolic_dispatch, trace
+from .value_ranges import ValueRange
 
 __version__ = "0.1.0"
 
@@ -47,19 +51,26 @@ __all__ = [
     "OpEntry",
     "OpSet",
     "PtcSpecError",
+    "SHAPE_ENV_KEY",
     "SerializationError",
+    "ShapeEnv",
+    "SymNode",
     "SymSize",
     "TensorMeta",
     "TraceError",
     "TracedTensor",
     "Tracer",
+    "UnbackedSizeError",
     "UnsupportedDialectError",
+    "ValueRange",
     "allow_target",
     "check",
     "config_from_env",
     "contiguous_strides",
     "dialect_of",
     "dumps",
+    "dynamic_meta",
+    "expr_of",
     "fallback_problem",
     "finish",
     "known_dialects",
@@ -73,13 +84,18 @@ __all__ = [
     "offending_nodes",
     "opset",
     "overload_name",
+    "record_shape_env",
     "require_dialect",
     "roundtrip",
     "run_meta",
     "running_statistics_dtype",
     "save",
     "set_dialect",
+    "shape_env_of",
     "size_symbol",
+    "symbol_values",
+    "symbolic",
+    "symbolic_dispatch",
     "target_name",
     "trace",
 ]

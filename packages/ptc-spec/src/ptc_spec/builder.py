@@ -13,6 +13,7 @@ from .errors import DialectError
 from .fallback import fallback_problem, mark_fallback
 from .meta import TensorMeta
 from .opset import opset, overload_name
+from .shapes import ShapeEnv
 from .targets import is_allowed_target
 from .tracer import TracedTensor, Tracer, finish
 
@@ -27,12 +28,13 @@ class GraphBuilder:
     >>> gm = b.build()
     """
 
-    def __init__(self, dialect: str = "core/1") -> None:
+    def __init__(self, dialect: str = "core/1", shape_env: ShapeEnv | None = None) -> None:
+        """``shape_env``: the ShapeEnv of inputs with symbolic sizes (see ``dynamic_meta``)."""
         _validate_name(dialect)
         if dialect == "torch":
             raise DialectError("GraphBuilder builds aten or core/N graphs; capture torch-dialect graphs with ptc_capture")
         self.dialect = dialect
-        self._tracer = Tracer()
+        self._tracer = Tracer(shape_env)
         self._values: dict[torch.fx.Node, TracedTensor] = {}
         self._names: set[str] = set()
         self._built = False

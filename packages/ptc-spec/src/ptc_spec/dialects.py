@@ -25,7 +25,8 @@ _SIZE_ARITHMETIC = frozenset(
     {
         operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv,
         operator.mod, operator.neg, operator.truediv, operator.eq, operator.ne, operator.lt,
-        operator.le, operator.gt, operator.ge, operator.pow,
+        operator.le, operator.gt, operator.ge, operator.pow, operator.and_, operator.or_,
+        operator.not_, torch.sym_max, torch.sym_min, torch.sym_float,
     }
 )
 

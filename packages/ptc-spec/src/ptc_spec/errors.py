@@ -29,3 +29,7 @@ class DataDependentError(TraceError):
 
 class BoundaryError(PtcSpecError):
     """A graph changed when round-tripped through the serialized form."""
+
+
+class UnbackedSizeError(DataDependentError):
+    """A decision needs the value of a data-dependent (unbacked) size, which has no example value."""

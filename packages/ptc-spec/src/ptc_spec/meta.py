@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import sympy
 import torch
+
+if TYPE_CHECKING:
+    from .shapes import ShapeEnv
 
 SymSize: TypeAlias = int | sympy.Expr
 """A size, stride or offset: a plain int, or a sympy expression over size symbols."""
@@ -49,8 +53,15 @@ def contiguous_strides(shape: Iterable[SymSize]) -> tuple[SymSize, ...]:
         if isinstance(size, int) and isinstance(running, int):
             running = running * max(size, 1)
         else:
-            running = sympy.simplify(running * size)
+            running = _canonical(running * size)
     return tuple(strides)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical(expr: sympy.Expr) -> sympy.Expr:
+    # Expanded sums of products: cheap (sympy.simplify costs milliseconds per call, and every
+    # traced node builds a TensorMeta), and equal sizes built differently compare equal.
+    return sympy.expand(expr)
 
 
 def _as_size(value: object) -> SymSize:
@@ -59,11 +70,12 @@ def _as_size(value: object) -> SymSize:
     if isinstance(value, int):
         return value
     if isinstance(value, torch.SymInt):
-        raise TypeError("torch.SymInt sizes are not supported yet: pass sympy expressions instead")
+        constant = value.node.maybe_as_int()
+        return int(constant) if constant is not None else _as_size(value.node.expr)
     if isinstance(value, sympy.Expr):
-        simplified = sympy.simplify(value)
+        simplified = _canonical(value)
         return int(simplified) if simplified.is_Integer else simplified
-    raise TypeError(f"a size must be an int or a sympy expression, got {type(value).__name__}")
+    raise TypeError(f"a size must be an int, a sympy expression or a torch.SymInt, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +113,18 @@ class TensorMeta:
 
     @classmethod
     def from_tensor(cls, t: torch.Tensor, device: torch.device | None = None) -> TensorMeta:
-        """Return the metadata of ``t`` (``device`` overrides it, e.g. for a meta tensor's logical device)."""
+        """Return the metadata of ``t`` (``device`` overrides it, e.g. for a meta tensor's logical device).
+
+        SymInt sizes, strides and offset (of a tensor traced with symbolic sizes) become their
+        sympy expressions; reading them records no guard.
+        """
         return cls(
-            tuple(int(s) for s in t.shape),
-            tuple(int(s) for s in t.stride()),
+            tuple(_as_size(s) for s in t.shape),
+            tuple(_as_size(s) for s in t.stride()),
             t.dtype,
             device if device is not None else t.device,
             t.requires_grad,
-            int(t.storage_offset()),
+            _as_size(t.storage_offset()),
         )
 
     @property
@@ -155,8 +171,14 @@ class TensorMeta:
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
-    def to_meta_tensor(self, hints: Hints | None = None) -> torch.Tensor:
-        """Return an empty meta-device tensor with exactly this layout."""
+    def to_meta_tensor(self, hints: Hints | None = None, *, env: ShapeEnv | None = None) -> torch.Tensor:
+        """Return an empty meta-device tensor with exactly this layout.
+
+        Symbolic sizes take their values from ``hints``; with ``env`` instead, they stay
+        symbolic: the tensor's sizes, strides and offset are ``torch.SymInt`` over ``env``.
+        """
+        if env is not None and self.is_symbolic:
+            return self._symbolic_meta_tensor(env)
         t = torch.empty_strided(
             self.concrete_shape(hints),
             self.concrete_stride(hints),
@@ -167,6 +189,23 @@ class TensorMeta:
         if offset:
             base = torch.empty(storage_span(t.shape, t.stride(), offset), dtype=self.dtype, device="meta")
             t = base.as_strided(t.shape, t.stride(), offset)
+        return t.requires_grad_(self.requires_grad) if self.dtype.is_floating_point or self.dtype.is_complex else t
+
+    def _symbolic_meta_tensor(self, env: ShapeEnv) -> torch.Tensor:
+        # symnode imports this module (through shapes), so it is imported where it is used.
+        from .symnode import symbolic
+
+        unknown = sorted(s.name for s in self.symbols if s not in env.hints and s not in env.replacements)
+        if unknown:
+            raise ValueError(f"sizes {', '.join(unknown)} are not symbols of this ShapeEnv: make them with dynamic_meta or env.create_symbol")
+        shape = [symbolic(s, env) for s in self.shape]
+        stride = [symbolic(s, env) for s in self.stride]
+        offset = symbolic(self.storage_offset, env)
+        if isinstance(offset, int) and offset == 0:
+            t = torch.empty_strided(shape, stride, dtype=self.dtype, device="meta")
+        else:
+            span = 1 + offset + sum((sz - 1) * st for sz, st in zip(shape, stride))
+            t = torch.empty(span, dtype=self.dtype, device="meta").as_strided(shape, stride, offset)
         return t.requires_grad_(self.requires_grad) if self.dtype.is_floating_point or self.dtype.is_complex else t
 
     def example(
@@ -209,3 +248,40 @@ def _random_values(n: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Te
     if dtype == torch.uint8:
         return torch.randint(0, 16, (n,), generator=gen).to(dtype)
     return torch.randint(-8, 8, (n,), generator=gen).to(dtype)
+
+
+def _dense_order(shape: tuple[int, ...], stride: tuple[int, ...]) -> list[int] | None:
+    """Dims from outermost to innermost when ``stride`` is a dense (permuted contiguous) layout, else None."""
+    order = sorted(range(len(shape)), key=lambda d: (-stride[d], d))
+    expected = contiguous_strides([shape[d] for d in order])
+    for d, want in zip(order, expected):
+        if shape[d] != 1 and stride[d] != want:
+            return None
+    return order
+
+
+def dynamic_meta(meta: TensorMeta, dims: Iterable[int], env: ShapeEnv) -> TensorMeta:
+    """``meta`` with a fresh symbol of ``env`` for each dim in ``dims`` (its size is the hint).
+
+    Dims of size 0 or 1 stay static (eager kernels branch on them). Strides become the
+    expressions of a dense layout in the same dim order (contiguous, transposed, channels
+    last); expanded (stride 0) dims keep stride 0. Other layouts raise ValueError.
+    """
+    shape = meta.concrete_shape()
+    stride = meta.concrete_stride()
+    chosen = sorted({d % len(shape) for d in dims}) if shape else []
+    broadcast = {d for d in range(len(shape)) if stride[d] == 0 and shape[d] > 1}
+    dense = [d for d in range(len(shape)) if d not in broadcast]
+    order = _dense_order(tuple(shape[d] for d in dense), tuple(stride[d] for d in dense))
+    if order is None:
+        raise ValueError(f"a layout with sizes {shape} and strides {stride} is not dense, so its strides cannot follow dynamic sizes")
+    sizes: list[SymSize] = list(shape)
+    for d in chosen:
+        if shape[d] >= 2:
+            sizes[d] = env.create_symbol(shape[d])
+    strides: list[SymSize] = [0] * len(shape)
+    outer_to_inner = [dense[i] for i in order]
+    for d, st in zip(outer_to_inner, contiguous_strides([sizes[d] for d in outer_to_inner])):
+        # A size-1 dim's stride is arbitrary in eager; keep the tensor's unless it is the derived one.
+        strides[d] = st if shape[d] != 1 or _concrete(st, env.hints) == stride[d] else stride[d]
+    return meta.replace(shape=tuple(sizes), stride=tuple(strides))

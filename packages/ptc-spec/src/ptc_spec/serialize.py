@@ -50,6 +50,20 @@ _SYMPY_FUNCS: dict[str, Callable[..., sympy.Expr]] = {
     "ceiling": sympy.ceiling,
     "Max": sympy.Max,
     "Min": sympy.Min,
+    "Abs": sympy.Abs,
+    "And": sympy.And,
+    "Or": sympy.Or,
+    "Not": sympy.Not,
+}
+# Relations are rebuilt unevaluated: a guard such as ``s0 >= 1`` must stay a guard, even
+# though sympy would fold it to True for a positive symbol.
+_SYMPY_RELATIONS: dict[str, Callable[..., sympy.Basic]] = {
+    "Equality": sympy.Eq,
+    "Unequality": sympy.Ne,
+    "StrictLessThan": sympy.Lt,
+    "LessThan": sympy.Le,
+    "StrictGreaterThan": sympy.Gt,
+    "GreaterThan": sympy.Ge,
 }
 _SYMBOL_ASSUMPTIONS = ("integer", "positive", "nonnegative")
 
@@ -67,11 +81,15 @@ def _encode_sym(expr: sympy.Basic) -> Any:
         return int(expr)
     if isinstance(expr, sympy.Rational):
         return {"r": [int(expr.p), int(expr.q)]}
+    if isinstance(expr, sympy.Float):
+        return {"fl": repr(float(expr))}
+    if expr is sympy.true or expr is sympy.false:
+        return {"b": bool(expr)}
     if isinstance(expr, sympy.Symbol):
         flags = {k: bool(expr.assumptions0[k]) for k in _SYMBOL_ASSUMPTIONS if k in expr.assumptions0}
         return {"s": expr.name, "a": flags}
     name = type(expr).__name__
-    if name not in _SYMPY_FUNCS:
+    if name not in _SYMPY_FUNCS and name not in _SYMPY_RELATIONS:
         raise SerializationError(f"sympy expression {expr} uses {name}, which the graph format cannot store")
     return {"f": name, "a": [_encode_sym(a) for a in expr.args]}
 
@@ -221,8 +239,15 @@ def _decode_sym(data: Any) -> sympy.Expr:
         if "s" in data:
             flags = {k: bool(v) for k, v in dict(data.get("a", {})).items() if k in _SYMBOL_ASSUMPTIONS}
             return sympy.Symbol(str(data["s"]), **flags)
+        if "fl" in data:
+            return sympy.Float(float(data["fl"]))
+        if "b" in data:
+            return sympy.true if data["b"] else sympy.false
         if data.get("f") in _SYMPY_FUNCS:
             return _SYMPY_FUNCS[data["f"]](*[_decode_sym(a) for a in data["a"]])
+        if data.get("f") in _SYMPY_RELATIONS:
+            lhs, rhs = (_decode_sym(a) for a in data["a"])
+            return _SYMPY_RELATIONS[data["f"]](lhs, rhs, evaluate=False)
     raise SerializationError(f"corrupt symbolic expression in graph file: {data!r}")
 
 

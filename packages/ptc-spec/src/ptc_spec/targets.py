@@ -99,6 +99,8 @@ def _build() -> _Table:
     table.add("torch._C._set_grad_enabled", torch._C._set_grad_enabled)
     # ... and switch autocast around torch.autocast regions with these (eager's __enter__/__exit__ calls).
     table.add_module("torch", torch, _AUTOCAST_SWITCHES)
+    # Size arithmetic in graphs with symbolic sizes (plain ints at run time).
+    table.add_module("torch", torch, ["sym_max", "sym_min", "sym_float"])
     return table
 
 

@@ -5,15 +5,23 @@ Inputs become ``TracedTensor`` wrappers: a tensor subclass that reports the logi
 dispatch mode sees every ATen call, runs it on the meta tensors, records one FX node with
 the output's TensorMeta, and wraps the results. Autograd runs above the dispatcher, so a
 backward pass traced inside ``fn`` is recorded too (ptc-aot builds joint graphs this way).
+
+Symbolic sizes: inputs made with ``dynamic_meta`` have ``torch.SymInt`` sizes over the
+tracer's ShapeEnv, so every size computed from them (by meta kernels or by the traced
+Python code) is symbolic, and every decision on one is a guard of the ShapeEnv. A size that
+becomes an op argument (``x.view(x.shape[0] * 2, -1)``) is recorded as ``aten.sym_size.int``
+of an input plus ``operator`` arithmetic, so the graph recomputes it for any input sizes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -24,6 +32,11 @@ from .dialects import check, set_dialect
 from .errors import DataDependentError, TraceError
 from .meta import META_KEY, TensorMeta
 from .opset import overload_name
+from .shapes import ShapeEnv, record_shape_env
+from .sym_exprs import Op, Term, UnsupportedExpression, term_value, to_term
+from .symnode import expr_of
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 aten = torch.ops.aten
 
@@ -39,6 +52,25 @@ _DATA_DEPENDENT = {
     aten.is_nonzero.default,
     aten.repeat_interleave.Tensor,
     aten.bincount.default,
+}
+
+
+# Questions about a tensor's layout, answered from the traced tensor itself: they record no
+# node, and aten.size.default cannot run on a meta tensor with symbolic sizes at all.
+_LAYOUT_QUERIES: dict[Any, Callable[..., Any]] = {
+    aten.size.default: lambda t: list(t.shape),
+    aten.size.int: lambda t, d: t.shape[d],
+    aten.sym_size.default: lambda t: list(t.shape),
+    aten.sym_size.int: lambda t, d: t.shape[d],
+    aten.stride.default: lambda t: list(t.stride()),
+    aten.stride.int: lambda t, d: t.stride(d),
+    aten.sym_stride.default: lambda t: list(t.stride()),
+    aten.sym_stride.int: lambda t, d: t.stride(d),
+    aten.numel.default: lambda t: t.numel(),
+    aten.sym_numel.default: lambda t: t.numel(),
+    aten.storage_offset.default: lambda t: t.storage_offset(),
+    aten.sym_storage_offset.default: lambda t: t.storage_offset(),
+    aten.dim.default: lambda t: t.dim(),
 }
 
 
@@ -110,19 +142,27 @@ def _device_argument(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs:
 
 
 class Tracer:
-    """Mutable state of one trace: the graph being built and the constants it captured."""
+    """Mutable state of one trace: the graph being built, the constants it captured, and its
+    ShapeEnv (the symbols of symbolic input sizes and the guards the trace decided)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape_env: ShapeEnv | None = None) -> None:
         self.graph = torch.fx.Graph()
         self.constants: dict[str, torch.Tensor] = {}
+        self.shape_env = shape_env if shape_env is not None else ShapeEnv()
         self._constant_nodes: dict[int, tuple[torch.Tensor, TracedTensor]] = {}
+        # Where the graph reads each size symbol: (placeholder, dim) of the first input with it.
+        self._size_sources: dict[sympy.Symbol, tuple[torch.fx.Node, int]] = {}
+        self._size_nodes: dict[Term, torch.fx.Node] = {}
 
     # -- inputs and constants -------------------------------------------------------------
     def placeholder(self, name: str, meta: TensorMeta) -> TracedTensor:
         """Add a graph input with metadata ``meta`` and return its traced tensor."""
-        if meta.is_symbolic:
+        env = self.shape_env
+        unknown = sorted(s.name for s in meta.symbols if s not in env.hints)
+        if unknown:
             raise TraceError(
-                f"input {name} has symbolic sizes {meta.shape}; the reference tracer traces concrete sizes only"
+                f"input {name} has symbolic sizes {meta.shape}, but the tracer's ShapeEnv has no symbol {', '.join(unknown)};"
+                " make the input with ptc_spec.dynamic_meta(meta, dims, env) and trace with shape_env=env"
             )
         if meta.requires_grad and not _runs_autograd(meta.device):
             # The autograd engine needs the device's runtime even for meta data; without it
@@ -133,7 +173,10 @@ class Tracer:
             )
         node = self.graph.placeholder(name)
         node.meta[META_KEY] = meta
-        inner = meta.replace(requires_grad=False).to_meta_tensor()
+        for dim, size in enumerate(meta.shape):
+            if isinstance(size, sympy.Symbol):
+                self._size_sources.setdefault(size, (node, dim))
+        inner = meta.replace(requires_grad=False).to_meta_tensor(env=env)
         return TracedTensor(inner, node, meta.device, self, meta.requires_grad)
 
     def constant(self, value: torch.Tensor) -> TracedTensor:
@@ -160,6 +203,9 @@ class Tracer:
             )
         if func is aten.lift_fresh.default:
             return self._traced(args[0])
+        query = _LAYOUT_QUERIES.get(func)
+        if query is not None and isinstance(args[0], TracedTensor):
+            return query(args[0]._inner, *args[1:])
 
         def to_traced(x: Any) -> Any:
             return self._traced(x) if isinstance(x, torch.Tensor) else x
@@ -168,19 +214,59 @@ class Tracer:
         device = self._output_device(func, args, kwargs)
         meta_args, meta_kwargs = self._meta_arguments(func, args, kwargs)
         try:
-            out = run_meta(func, meta_args, meta_kwargs, device)
+            with symbolic_dispatch(self.shape_env):
+                out = run_meta(func, meta_args, meta_kwargs, device)
         except NotImplementedError as exc:
             raise TraceError(
                 f"{overload_name(func)} cannot run on meta tensors: its result depends on tensor values"
                 " (e.g. boolean-mask indexing) or it has no meta kernel in this torch, so it cannot be traced"
             ) from exc
 
-        node_args, node_kwargs = pytree.tree_map(lambda x: x._node if isinstance(x, TracedTensor) else x, (args, kwargs))
         if not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(out)):
             # Results that are Python values (sizes, flags) are known now and baked in.
             return out
+        node_args, node_kwargs = pytree.tree_map(self._graph_value, (args, kwargs))
         node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
         return self._wrap_outputs(func, node, out, device, args, kwargs)
+
+    def _graph_value(self, x: Any) -> Any:
+        if isinstance(x, TracedTensor):
+            return x._node
+        if isinstance(x, _SYM_TYPES):
+            return self.size_value(x)
+        return x
+
+    # -- sizes as graph values ------------------------------------------------------------
+    def size_value(self, value: torch.SymInt | torch.SymFloat | torch.SymBool) -> Any:
+        """The graph value of a symbolic size: a node computing it from the inputs, or a constant."""
+        pytype = bool if isinstance(value, torch.SymBool) else float if isinstance(value, torch.SymFloat) else int
+        expr = self.shape_env.simplify(expr_of(value))
+        if expr.is_number or expr in (sympy.true, sympy.false):
+            return pytype(expr)
+        try:
+            term = to_term(expr, pytype)
+        except UnsupportedExpression as exc:
+            raise TraceError(f"the size {expr} is an op argument, but {exc}") from exc
+        return self._emit(term)
+
+    def _emit(self, term: Term) -> Any:
+        if not isinstance(term, (Op, sympy.Symbol)):
+            return term
+        found = self._size_nodes.get(term)
+        if found is not None:
+            return found
+        if isinstance(term, sympy.Symbol):
+            source = self._size_sources.get(term)
+            if source is None:
+                raise TraceError(
+                    f"the graph needs size {term}, which is not the size of any dim of its inputs, so it cannot compute it"
+                )
+            node = self.graph.call_function(aten.sym_size.int, source)
+        else:
+            node = self.graph.call_function(term.fn, tuple(self._emit(a) for a in term.args))
+        node.meta[META_KEY] = self.shape_env.simplify(term_value(term))
+        self._size_nodes[term] = node
+        return node
 
     def _traced(self, x: torch.Tensor) -> TracedTensor:
         if isinstance(x, TracedTensor):
@@ -241,13 +327,18 @@ class Tracer:
             # In-place and out= ops return the tensor they wrote: keep the caller's object,
             # and let later uses depend on the mutating node.
             written._node = node
-            if (written.shape, written.stride()) != (inner.shape, inner.stride()):
+            if _layout(written) != _layout(inner):
                 # An in-place view op (transpose_, unsqueeze_...) re-viewed the meta tensor;
                 # the wrapper's own sizes, which autograd reads, must follow.
                 with torch._C._DisableTorchDispatch():
                     written.as_strided_(inner.shape, inner.stride(), inner.storage_offset())
             return written
         return TracedTensor(inner, node, device, self)
+
+
+def _layout(t: torch.Tensor) -> tuple[Any, ...]:
+    """Sizes, strides and offset compared as expressions: comparing SymInts would record guards."""
+    return tuple(expr_of(v) for v in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 def _written_arguments(func: torch._ops.OpOverload, args: Any, kwargs: Any) -> dict[int, Any]:
@@ -306,16 +397,35 @@ def trace(
     *inputs: Any,
     kwargs: Mapping[str, Any] | None = None,
     dialect: str = "aten",
+    shape_env: ShapeEnv | None = None,
 ) -> torch.fx.GraphModule:
-    """Trace ``fn`` over meta tensors into a GraphModule of ATen calls (``dialect`` is checked)."""
-    tracer = Tracer()
+    """Trace ``fn`` over meta tensors into a GraphModule of ATen calls (``dialect`` is checked).
+
+    Inputs with symbolic sizes need the ShapeEnv their symbols belong to (``shape_env``); the
+    graph then records that environment's symbols and guards (``shape_env_of(gm)``).
+    """
+    tracer = Tracer(shape_env)
     taken: set[str] = set()
     names = _input_names(fn, len(inputs))
     traced_args = [_leaves_to_traced(tracer, value, names[i], taken) for i, value in enumerate(inputs)]
     traced_kwargs = {k: _leaves_to_traced(tracer, v, k, taken) for k, v in (kwargs or {}).items()}
-    with _TracingMode(tracer):
+    with _TracingMode(tracer), symbolic_dispatch(tracer.shape_env):
         result = fn(*traced_args, **traced_kwargs)
     return finish(tracer, result, dialect)
+
+
+def symbolic_dispatch(shape_env: ShapeEnv) -> contextlib.AbstractContextManager[Any]:
+    """The context to run torch ops on tensors with sizes of ``shape_env`` in: torch's Python
+    dispatcher when it has symbols, else nothing.
+
+    Many C++ kernels read concrete sizes: on meta tensors with SymInt sizes they fail
+    (``view``, ``expand``, slicing), and C++ composites (``upsample_nearest2d.vec``) would
+    specialize every dynamic size. With the Python dispatcher, torch runs its Python meta
+    kernels and decompositions, written for SymInts, instead.
+    """
+    if shape_env.symbols:
+        return torch._C._EnablePythonDispatcher()
+    return contextlib.nullcontext()
 
 
 def finish(tracer: Tracer, result: Any, dialect: str = "aten") -> torch.fx.GraphModule:
@@ -326,10 +436,14 @@ def finish(tracer: Tracer, result: Any, dialect: str = "aten") -> torch.fx.Graph
             return x._node
         if isinstance(x, torch.Tensor):
             return tracer.constant(x)._node
+        if isinstance(x, _SYM_TYPES):
+            return tracer.size_value(x)
         return x
 
     tracer.graph.output(pytree.tree_map(to_node, result))
     gm = torch.fx.GraphModule(dict(tracer.constants), tracer.graph)
+    if tracer.shape_env.symbols:
+        record_shape_env(gm, tracer.shape_env)
     set_dialect(gm, dialect)
     check(gm, dialect)
     return gm
