@@ -16,5 +16,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     checks = sum(totals["checked"].values())
     ops = len(totals["checked"])
     terminalreporter.write_line(
-        f"OpInfo cross-check: {infos} OpInfos, {samples} samples run, {checks} decomposition checks covering {ops} decomposed ops"
+        f"OpInfo cross-check: {infos} OpInfos, {samples} samples run, {checks} decomposition checks covering {ops} decomposed ops,"
+        f" {len(totals['symbolic'])} ops also decomposed over symbolic sizes"
     )

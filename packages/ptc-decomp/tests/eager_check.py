@@ -24,6 +24,8 @@ from ptc_decomp import InPlaceOpError, decompose
 from ptc_spec import GraphBuilder, TensorMeta
 from ptc_spec.testing import assert_same
 
+from .symbolic_check import specializations, symbolic_call
+
 aten = torch.ops.aten
 
 # Values that cannot be compared: random draws, and uninitialised memory.
@@ -89,6 +91,7 @@ class Report:
     checked: Counter[Any] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     strict: Counter[Any] = field(default_factory=Counter)
+    symbolic: Counter[Any] = field(default_factory=Counter)
     calls: list[tuple[Any, tuple[Any, ...], dict[str, Any], Any]] = field(default_factory=list)
 
 
@@ -127,6 +130,26 @@ def check_strictly(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], 
     except Exception as exc:  # noqa: BLE001 - every failure is reported with its op
         report.failures.append(f"{func} (decomposed strictly): {type(exc).__name__}: {str(exc)[:400]}")
     report.strict[func] += 1
+    check_symbolically(func, args, kwargs, expected, report)
+
+
+def check_symbolically(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], expected: Any, report: Report) -> None:
+    """Decompose the call's one-op graph over symbolic sizes: eager's values, and no size specialized."""
+    try:
+        found = symbolic_call(func, args, kwargs)
+        if found is None:
+            return
+        actual, added = found
+        compare(func, actual, expected, tuple(args), kwargs)
+        fixed = specializations(func, added)
+        if fixed:
+            raise AssertionError(f"the decomposition specialized symbolic sizes: {fixed}")
+    except InPlaceOpError:
+        return
+    except Exception as exc:  # noqa: BLE001 - every failure is reported with its op
+        report.failures.append(f"{func} (decomposed over symbolic sizes): {type(exc).__name__}: {str(exc)[:400]}")
+        return
+    report.symbolic[func] += 1
 
 
 def _shape_dtype(actual: Any, expected: Any) -> None:

@@ -111,6 +111,50 @@ def test_an_equality_to_a_multiple_keeps_integer_coefficients() -> None:
     assert expr_of(x // 2) == s1
 
 
+def test_a_substituted_symbol_bounds_the_expression_that_replaces_it() -> None:
+    # Eq(s1, s0 - 3) with s1 >= 2 means s0 >= 5: a size written s0 - 3 is then provably a size
+    # (>= 0), and checking that again (making a meta tensor of it) records no guard.
+    env, (s0, s1), (x, y) = sizes(8, 5)
+    assert bool(y == x - 3)
+    assert env.replacements == {s1: s0 - 3}
+    assert env.value_range(s0) == ValueRange(5, math.inf)
+    assert bool(x - 3 >= 0) and bool(x != 3) and decisions(env) == (sympy.Eq(s1, s0 - 3),)
+
+
+def test_a_product_of_positive_factors_compares_with_zero_without_a_guard() -> None:
+    env, (s0, s1), (x, y) = sizes(2, 6)
+    half = sympy.floor(s1 / 2)
+    assert env.statically_known(sympy.Ge(s0 * half, half)) is True
+    assert env.statically_known(sympy.Eq(s0 * half, half)) is False
+    assert bool(x * (y // 2) >= y // 2) and decisions(env) == ()
+
+
+def test_a_scale_factor_inside_floor_becomes_an_exact_fraction() -> None:
+    # F.interpolate(scale_factor=0.5) sizes its output floor(0.5*h): kept with a float it would
+    # lower to a float product (no floor), and differ from floor(h/2) written elsewhere.
+    env, (s0,), (x,) = sizes(7)
+    assert env.simplify(sympy.floor(sympy.Float(0.5) * s0)) == sympy.floor(s0 / 2)
+    assert expr_of(torch.sym_int(x * 0.5)) == sympy.floor(s0 / 2)
+    meta = TensorMeta.of((2, 3, 7, 4))
+    dyn = dynamic_meta(meta, [2], env)
+    with symbolic_dispatch(env):
+        out = F.interpolate(dyn.to_meta_tensor(env=env), scale_factor=0.5)
+    assert expr_of(out.shape[2]) == sympy.floor(dyn.shape[2] / 2)
+
+
+@pytest.mark.parametrize(("size", "scale"), [(100, 0.29), (3, 1 / 3), (7, 0.3)])
+def test_a_scale_that_is_no_short_binary_fraction_specializes_to_eagers_float_rounding(size: int, scale: float) -> None:
+    # Eager sizes interpolate's output floor(float(h) * scale): 100 * 0.29 rounds to
+    # 28.999999999999996 (28), where the exact 29/100 or the float's exact value give 29 or
+    # differ elsewhere; no expression agrees at every size, so the size is fixed, with a guard.
+    env = ShapeEnv()
+    dyn = dynamic_meta(TensorMeta.of((1, 2, size)), [2], env)
+    with symbolic_dispatch(env):
+        out = F.interpolate(dyn.to_meta_tensor(env=env), scale_factor=scale)
+    assert out.shape[2] == F.interpolate(torch.randn(1, 2, size), scale_factor=scale).shape[2]
+    assert sympy.Eq(dyn.shape[2], size) in env.guards
+
+
 def test_a_relational_guard_narrows_the_range() -> None:
     env, (s0,), (x,) = sizes(8)
     assert bool(x >= 3)
@@ -440,3 +484,17 @@ def test_symnode_layout_predicates_agree_with_eager(name: str, layout: Any, make
     assert node.is_channels_last_contiguous_2d(*as_nodes).expr == sympy.sympify(channels_last)
     assert node.is_non_overlapping_and_dense(*as_nodes).expr == sympy.sympify(dense)
     assert node.is_channels_last_strides_2d(*as_nodes).expr == sympy.sympify(name == "channels_last")
+
+
+def test_size_terms_are_public_and_compute_what_sympy_says() -> None:
+    # Consumers that emit sizes themselves (ptc-capture's guards, runners and size nodes) use the
+    # one lowering of sympy to Python operations through ptc_spec's public API.
+    import ptc_spec
+
+    s0, s1 = size_symbol("s0"), size_symbol("s1")
+    expr = sympy.floor(s0 / 2) * s1 + sympy.Max(s0, s1)
+    term: ptc_spec.Term = ptc_spec.to_term(expr)
+    source = ptc_spec.term_source(term, {"s0": "a", "s1": "b"})
+    for a, b in itertools.product(range(2, 9), repeat=2):
+        assert eval(source, {"max": max, "min": min}, {"a": a, "b": b}) == int(expr.subs({s0: a, s1: b}))
+    assert sympy.simplify(ptc_spec.term_value(term) - expr) == 0

@@ -11,13 +11,14 @@ from typing import Any
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, TensorMeta, dialect_of, roundtrip, save
+from ptc_spec import META_KEY, ShapeEnv, TensorMeta, dialect_of, roundtrip, save, shape_env_of
 
 from .config import Config, config_from_env
 from .errors import PtcAotError
 from .functionalize import functionalize
 from .partition import partition, tangents
 from .runtime import CompiledProgram
+from .signature import Signature, dynamic_dims, make_dynamic
 from .tracing import trace_program
 
 log = logging.getLogger("ptc.aot.api")
@@ -38,15 +39,24 @@ def compile_program(
     bw_compiler: Compiler,
     config: Config,
     tag: str = "",
+    shape_env: ShapeEnv | None = None,
 ) -> CompiledProgram:
-    """Trace joint -> functionalize -> partition -> compile -> wrap, for one input signature."""
-    program = trace_program(fn, inputs, joint=training)
+    """Trace joint -> functionalize -> partition -> compile -> wrap, for one input signature.
+
+    Inputs with symbolic sizes need ``shape_env`` (their symbols' ShapeEnv, which tracing
+    extends with its guards); every graph handed to a compiler then records the ShapeEnv.
+    """
+    program = trace_program(fn, inputs, joint=training, shape_env=shape_env)
     functional = functionalize(program.gm)
     metas = program.inputs
+    env = shape_env_of(functional.gm)
     if not program.joint:
         _dump(config, f"inference{tag}", functional.gm)
         forward = fw_compiler(_boundary(config, functional.gm))
-        return CompiledProgram(forward, None, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec)
+        return CompiledProgram(
+            forward, None, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec,
+            shape_env=_with_compiler_guards(env, forward),
+        )  # fmt: skip
     split = partition(functional, len(metas), config.partition)
     _dump(config, f"joint{tag}", functional.gm)
     _dump(config, f"forward{tag}", split.forward)
@@ -55,8 +65,28 @@ def compile_program(
     backward = bw_compiler(_boundary(config, split.backward))
     return CompiledProgram(
         forward, backward, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec,
-        tangents(functional, len(metas)),
+        tangents(functional, len(metas)), _with_compiler_guards(env, forward, backward),
     )  # fmt: skip
+
+
+def _with_compiler_guards(env: ShapeEnv | None, *compiled: Any) -> ShapeEnv | None:
+    """``env`` plus the guards a compiler added while compiling a graph of it.
+
+    A compiler that decides on a size (ptc-decomp, a backend) records the guard in the
+    ShapeEnv of the graph it returns (``compiled.meta[SHAPE_ENV_KEY]``, as a GraphModule
+    carries it); the wrapper then checks those too before running the program.
+    """
+    if env is None:
+        return None
+    extra = [g for c in compiled if (found := shape_env_of(c)) is not None for g in found.guards if g not in env.guards]
+    if not extra:
+        return env
+    merged = ShapeEnv.from_state(env.state())
+    for guard in extra:
+        # Each held at the hints when the compiler decided it: recording it as a decision keeps it.
+        merged.guard_bool(guard)
+    log.info("compilers added %d guard(s): %s", len(extra), ", ".join(map(str, extra)))
+    return merged
 
 
 def _boundary(config: Config, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -85,26 +115,54 @@ def _layout_of(value: Any) -> Any:
     return (type(value), value)  # 1, 1.0 and True are equal keys but bake in different programs
 
 
-class AotFunction:
-    """The callable ``aot`` returns: compiles one program per input signature and grad mode."""
+# How many input layouts an AotFunction remembers before starting over: a symbolic program
+# called with ever new sizes would otherwise grow the table without bound.
+_LAYOUT_CACHE_SIZE = 256
 
-    def __init__(self, fn: Callable[..., Any], example_inputs: Sequence[Any], fw_compiler: Compiler, bw_compiler: Compiler, config: Config) -> None:
+
+class AotFunction:
+    """The callable ``aot`` returns: compiles one program per input signature and grad mode.
+
+    Example inputs with symbolic sizes give a symbolic program, which serves every call whose
+    sizes its guards admit; a call they do not admit compiles another program, symbolic in the
+    same dims (a fresh ShapeEnv, the call's sizes as hints).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        example_inputs: Sequence[Any],
+        fw_compiler: Compiler,
+        bw_compiler: Compiler,
+        config: Config,
+        shape_env: ShapeEnv | None = None,
+    ) -> None:
         self._fn = fn
         self._fw_compiler = fw_compiler
         self._bw_compiler = bw_compiler
         self._config = config
         self._programs: dict[tuple[Any, ...], CompiledProgram] = {}
+        self._symbolic: list[tuple[Signature, CompiledProgram]] = []
         # Per-call dispatch on raw sizes/strides: building a TensorMeta per input on every call
         # cost ~10 us a tensor, most of a small model's step. Keys map to the programs above.
         self._by_layout: dict[tuple[Any, ...], CompiledProgram] = {}
         inputs = [_meta_of(v) for v in example_inputs]
+        self._dynamic = dynamic_dims(inputs)
+        if self._dynamic and shape_env is None:
+            raise PtcAotError(
+                "example inputs have symbolic sizes but no ShapeEnv was given;"
+                " pass the ShapeEnv their symbols belong to (aot(..., shape_env=env))"
+            )
         training = torch.is_grad_enabled() and any(isinstance(m, TensorMeta) and m.requires_grad for m in inputs)
-        self._program(training, inputs)
+        self._program(training, inputs, shape_env)
 
-    def _program(self, training: bool, inputs: list[Any]) -> CompiledProgram:
+    def _program(self, training: bool, inputs: list[Any], shape_env: ShapeEnv | None = None) -> CompiledProgram:
         key = (training, *(v if isinstance(v, TensorMeta) else (type(v), v) for v in inputs))
+        symbolic = shape_env is not None and any(isinstance(m, TensorMeta) and m.is_symbolic for m in inputs)
         try:
-            found = self._programs.get(key)
+            # Symbolic metadata names symbols of one ShapeEnv (s0 of another program is another
+            # size), so a symbolic program is only ever found through its Signature.
+            found = None if symbolic else self._programs.get(key)
         except TypeError as exc:
             raise PtcAotError(
                 "a non-tensor argument is not hashable, so ptc_aot cannot tell which program it needs;"
@@ -112,9 +170,13 @@ class AotFunction:
             ) from exc
         if found is None:
             tag = "" if not self._programs else f"_{len(self._programs)}"
-            log.info("compiling %s program %s", "training" if training else "inference", tag or "0")
-            found = compile_program(self._fn, inputs, training, self._fw_compiler, self._bw_compiler, self._config, tag)
-            self._programs[key] = found
+            log.info("compiling %s%s program %s", "symbolic " if symbolic else "", "training" if training else "inference", tag or "0")
+            # Tracing adds guards to its ShapeEnv: a copy keeps the caller's (and the next program's) as given.
+            env = ShapeEnv.from_state(shape_env.state()) if symbolic and shape_env is not None else None
+            found = compile_program(self._fn, inputs, training, self._fw_compiler, self._bw_compiler, self._config, tag, env)
+            self._programs[(*key, len(self._programs)) if symbolic else key] = found
+            if symbolic and found.shape_env is not None:
+                self._symbolic.append((Signature(training, key[1:], found.shape_env), found))
         return found
 
     @property
@@ -132,9 +194,22 @@ class AotFunction:
         except TypeError:
             program = None  # an unhashable argument: _program explains
         if program is None:
-            program = self._program(training, [_meta_of(a) for a in args])
+            program = self._select(training, args)
+            if len(self._by_layout) >= _LAYOUT_CACHE_SIZE:
+                self._by_layout.clear()
             self._by_layout[key] = program
         return program(tensors)
+
+    def _select(self, training: bool, args: Sequence[Any]) -> CompiledProgram:
+        """The program for a call whose layout is new: a symbolic program admitting it, or a new one."""
+        for signature, program in self._symbolic:
+            if signature.matches(training, args):
+                return program
+        metas = [_meta_of(a) for a in args]
+        if self._dynamic:
+            dynamic, env = make_dynamic(metas, self._dynamic)
+            return self._program(training, dynamic, env)
+        return self._program(training, metas)
 
 
 def aot(
@@ -145,27 +220,39 @@ def aot(
     partition: str | None = None,
     dump_dir: str | None = None,
     config: Config | None = None,
+    *,
+    shape_env: ShapeEnv | None = None,
 ) -> AotFunction:
     """Return a callable running ``fn`` through compiled functional aten forward/backward graphs.
 
     ``fn`` is a torch-dialect GraphModule or any callable; ``example_inputs`` are tensors,
     TensorMetas or Python values (baked in), or None to take a GraphModule's placeholder metadata.
+    TensorMetas with symbolic sizes (``ptc_spec.dynamic_meta``) make the program symbolic in
+    those dims; their symbols belong to ``shape_env`` (default: the ShapeEnv a GraphModule records).
     """
     chosen = config if config is not None else config_from_env()
     if partition is not None:
         chosen = replace(chosen, partition=partition)
     if dump_dir is not None:
         chosen = replace(chosen, dump_dir=dump_dir)
-    if example_inputs is None:
-        example_inputs = _placeholder_metas(fn)
+    if example_inputs is None or (shape_env is None and _records_symbols(fn)):
+        # A graph that records a ShapeEnv is compiled over its own symbolic metadata; example
+        # tensors only stand for one of the sizes it admits.
+        example_inputs = _placeholder_metas(fn, example_inputs)
     if isinstance(fn, torch.fx.GraphModule) and dialect_of(fn) not in (None, "torch", "aten"):
         raise PtcAotError(f"ptc_aot traces torch- or aten-dialect graphs, but this graph is in {dialect_of(fn)}")
     if isinstance(fn, torch.fx.GraphModule) and dialect_of(fn) is not None and chosen.check_boundaries:
         fn = roundtrip(fn)
-    return AotFunction(fn, list(example_inputs), fw_compiler or _as_is, bw_compiler or _as_is, chosen)
+    if shape_env is None and isinstance(fn, torch.fx.GraphModule):
+        shape_env = shape_env_of(fn)
+    return AotFunction(fn, list(example_inputs), fw_compiler or _as_is, bw_compiler or _as_is, chosen, shape_env)
 
 
-def _placeholder_metas(fn: Callable[..., Any]) -> list[Any]:
+def _records_symbols(fn: Callable[..., Any]) -> bool:
+    return isinstance(fn, torch.fx.GraphModule) and shape_env_of(fn) is not None
+
+
+def _placeholder_metas(fn: Callable[..., Any], examples: Sequence[Any] | None = None) -> list[Any]:
     if not isinstance(fn, torch.fx.GraphModule):
         raise PtcAotError("example_inputs may be None only for a GraphModule whose placeholders carry ptc_meta")
     metas = []
@@ -175,4 +262,13 @@ def _placeholder_metas(fn: Callable[..., Any]) -> list[Any]:
             if not isinstance(meta, TensorMeta):
                 raise PtcAotError(f"placeholder {node.name} has no TensorMeta; pass example_inputs")
             metas.append(meta)
+    if examples is not None:
+        agree = len(examples) == len(metas) and all(
+            isinstance(e, torch.Tensor) and e.dtype == m.dtype and e.dim() == m.ndim for e, m in zip(examples, metas)
+        )
+        if not agree:
+            raise PtcAotError(
+                "the example inputs do not match the placeholders of this graph with symbolic sizes (count, dtypes or ranks);"
+                " pass example_inputs=None to compile it over its own metadata"
+            )
     return metas

@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from ptc_spec import META_KEY, GraphBuilder, TensorMeta
+from ptc_spec import META_KEY, GraphBuilder, ShapeEnv, TensorMeta, shape_env_of, symbolic
 
 from .errors import UnsupportedMutationError
 from .mutations import (
@@ -36,6 +37,7 @@ from .mutations import (
     with_defaults,
     written_arguments,
 )
+from .sizes import is_size_node
 from .views import INVERSES, ViewStep, invertible, returns_list, view_source
 
 log = logging.getLogger("ptc.aot.functionalize")
@@ -78,21 +80,51 @@ class _Value:
 
 @dataclass(slots=True)
 class _Pass:
-    """Mutable state of one functionalization pass."""
+    """Mutable state of one functionalization pass.
 
-    builder: GraphBuilder = field(default_factory=lambda: GraphBuilder("aten"))
+    ``sizes`` maps the traced graph's size nodes to their values in the new graph (SymInts of
+    ``env``, which the builder records as size nodes of its own when an op takes them).
+    """
+
+    env: ShapeEnv | None = None
+    builder: GraphBuilder = field(init=False)
     values: dict[torch.fx.Node, _Value] = field(default_factory=dict)
     multi: dict[torch.fx.Node, list[_Value | None]] = field(default_factory=dict)
+    sizes: dict[torch.fx.Node, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.builder = GraphBuilder("aten", shape_env=self.env)
 
     def emit(self, op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+        """Add ``op``; sizes given as sympy expressions (from metadata) become the graph's sizes."""
+        if self.env is not None:
+            args, kwargs = pytree.tree_map(self._size, (args, kwargs))
         return self.builder.call(op, *args, **kwargs)
+
+    def _size(self, x: Any) -> Any:
+        if isinstance(x, sympy.Basic) and self.env is not None:
+            return symbolic(x, self.env, _pytype(x))
+        return x
+
+    def size(self, node: torch.fx.Node) -> Any:
+        """The new graph's value of a size node of the traced graph (recorded on first use)."""
+        found = self.sizes.get(node)
+        if found is None:
+            expr = node.meta.get(META_KEY)
+            if not isinstance(expr, sympy.Basic) or self.env is None:
+                raise UnsupportedMutationError(f"size node {node.name} has no symbolic value in its metadata")
+            found = self.sizes[node] = symbolic(expr, self.env, _pytype(expr))
+        return found
 
     def fresh(self, node: torch.fx.Node, placeholder: int | None = None) -> _Value:
         meta = node.meta.get(META_KEY)
         return _Value(_Root(node, meta if isinstance(meta, TensorMeta) else None, placeholder), (), 0, node)
 
-    def read(self, old: torch.fx.Node) -> torch.fx.Node:
-        """The new graph's node holding ``old``'s value now, regenerated if its storage changed."""
+    def read(self, old: torch.fx.Node) -> Any:
+        """The new graph's node holding ``old``'s value now, regenerated if its storage changed
+        (for a size node: its value)."""
+        if is_size_node(old):
+            return self.size(old)
         value = self.values.get(old)
         if value is None:
             raise UnsupportedMutationError(f"node {old.name} is used but was never produced by the traced graph")
@@ -139,9 +171,16 @@ class _Pass:
         )
 
 
+def _pytype(expr: sympy.Basic) -> type[int] | type[float] | type[bool]:
+    # (A sympy Symbol is also a Boolean: conditions are recognised by their own classes.)
+    if isinstance(expr, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom)):
+        return bool
+    return int if expr.is_integer else float
+
+
 def functionalize(gm: torch.fx.GraphModule) -> FunctionalGraph:
-    """Rewrite a traced graph returning ``(outputs, extra)`` into a FunctionalGraph."""
-    state = _Pass()
+    """Rewrite a traced graph returning ``(outputs, extra)`` into a FunctionalGraph (recording its ShapeEnv)."""
+    state = _Pass(shape_env_of(gm))
     placeholders: list[_Value] = []
     output_node: torch.fx.Node | None = None
     for node in gm.graph.nodes:
@@ -152,6 +191,8 @@ def functionalize(gm: torch.fx.GraphModule) -> FunctionalGraph:
             state.values[node] = value
         elif node.op == "get_attr":
             state.values[node] = state.fresh(state.builder.constant(getattr(gm, str(node.target))))
+        elif is_size_node(node):
+            continue  # computed where an op takes it (_Pass.size), by the builder's own size nodes
         elif node.op == "call_function" and node.target is operator.getitem:
             item = state.multi[cast(torch.fx.Node, node.args[0])][cast(int, node.args[1])]
             if item is None:
@@ -204,11 +245,8 @@ def _call(state: _Pass, node: torch.fx.Node) -> None:
         _record_results(state, node, out, lambda new, index: state.fresh(new))
         return
     base = state.values[node.args[source]]  # type: ignore[index]
-    rest = tuple(a for i, a in enumerate(node.args) if i != source)
-    if any(isinstance(x, torch.fx.Node) for x in pytree.tree_leaves((rest, node.kwargs))):
-        # A view chain is replayed later on a new base; tensor arguments would need remapping.
-        raise UnsupportedMutationError(f"view {node.name} takes tensor arguments besides the viewed tensor")
-    kw = tuple(sorted(node.kwargs.items()))
+    rest, kwargs = _view_arguments(state, node, tuple(a for i, a in enumerate(node.args) if i != source), node.kwargs)
+    kw = tuple(sorted(kwargs.items()))
 
     def view_of_base(new: torch.fx.Node, index: int | None) -> _Value:
         step = ViewStep(target, rest, kw, index if returns_list(target) else None)
@@ -228,11 +266,26 @@ def _inplace_view(state: _Pass, node: torch.fx.Node, view: torch._ops.OpOverload
             "apply it to a view (x = x.transpose(...)) instead"
         )
     base = state.values[source]
-    rest = tuple(node.args[1:])
-    out = state.emit(view, state.read(source), *rest, **node.kwargs)
-    value = _Value(base.root, (*base.chain, ViewStep(view, rest, tuple(sorted(node.kwargs.items())))), base.root.version, out)
+    rest, kwargs = _view_arguments(state, node, tuple(node.args[1:]), node.kwargs)
+    out = state.emit(view, state.read(source), *rest, **kwargs)
+    value = _Value(base.root, (*base.chain, ViewStep(view, rest, tuple(sorted(kwargs.items())))), base.root.version, out)
     state.values[source] = value
     state.values[node] = value
+
+
+def _view_arguments(state: _Pass, node: torch.fx.Node, args: tuple[Any, ...], kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A view's arguments besides the viewed tensor, sizes made the new graph's (a view chain is
+    replayed later on a new base, so tensor arguments, which would need remapping, are refused)."""
+
+    def convert(x: Any) -> Any:
+        if not isinstance(x, torch.fx.Node):
+            return x
+        if is_size_node(x):
+            return state.size(x)
+        raise UnsupportedMutationError(f"view {node.name} takes tensor arguments besides the viewed tensor")
+
+    new_args, new_kwargs = pytree.tree_map(convert, (args, dict(kwargs)))
+    return tuple(new_args), dict(new_kwargs)
 
 
 def _record_results(state: _Pass, node: torch.fx.Node, out: Any, make: Any) -> None:

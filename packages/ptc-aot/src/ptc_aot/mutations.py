@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+import sympy
 import torch
 
 from ptc_spec import META_KEY
@@ -110,19 +111,21 @@ def _cudnn_batch_norm(emit: Emit, bound: Mapping[str, Any]) -> tuple[Any, ...]:
         aten.cudnn_batch_norm.default, x, bound["weight"], bound.get("bias"), None, None, True, factor, eps
     )
     shape = x.meta[META_KEY].shape
-    count = int(shape[0]) * _product(shape[2:])
+    count = _product([shape[0], *shape[2:]])
     mean, invstd = out[1], out[2]
     var = emit(aten.sub.Tensor, emit(aten.reciprocal.default, emit(aten.mul.Tensor, invstd, invstd)), eps)
-    unbiased = emit(aten.mul.Tensor, var, count / max(count - 1, 1))
+    # Symbolic sizes stay a sympy expression (emit makes it the graph's size arithmetic).
+    bessel = count / max(count - 1, 1) if isinstance(count, int) else count / sympy.Max(count - 1, 1)
+    unbiased = emit(aten.mul.Tensor, var, bessel)
     new_mean = emit(aten.add.Tensor, emit(aten.mul.Tensor, bound["running_mean"], 1 - factor), emit(aten.mul.Tensor, mean, factor))
     new_var = emit(aten.add.Tensor, emit(aten.mul.Tensor, bound["running_var"], 1 - factor), emit(aten.mul.Tensor, unbiased, factor))
     return (*out, new_mean, new_var)
 
 
-def _product(sizes: Any) -> int:
+def _product(sizes: Any) -> Any:
     total = 1
     for s in sizes:
-        total *= int(s)
+        total = total * s
     return total
 
 

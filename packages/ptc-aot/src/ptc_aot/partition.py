@@ -13,19 +13,23 @@ value the backward reads is itself a cut, so the minimum never saves more bytes 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import sympy
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, TensorMeta, set_dialect
+from ptc_spec import META_KEY, SHAPE_ENV_KEY, ShapeEnv, TensorMeta, set_dialect, shape_env_of
 
 from .errors import PartitionError
 from .functionalize import FunctionalGraph
 from .maxflow import INF, FlowNetwork
 from .recompute import recomputable
+from .sizes import is_size_node
+
+aten = torch.ops.aten
 
 log = logging.getLogger("ptc.aot.partition")
 
@@ -42,27 +46,31 @@ class Partition:
     baseline_bytes: int
 
 
-def nbytes(node: torch.fx.Node) -> float:
-    """Bytes of a node's tensor result (infinite for nodes that are not one tensor)."""
+def nbytes(node: torch.fx.Node, hints: Mapping[sympy.Symbol, int] | None = None) -> float:
+    """Bytes of a node's tensor result (infinite for nodes that are not one tensor).
+
+    Symbolic sizes count at their ``hints`` (the example sizes): the cut that is cheapest
+    there is chosen, and is a valid cut at every size.
+    """
     meta = node.meta.get(META_KEY)
     if not isinstance(meta, TensorMeta):
         return INF
-    return float(meta.numel() * meta.dtype.itemsize)
+    return float(meta.numel(hints) * meta.dtype.itemsize)
 
 
 @dataclass(frozen=True, slots=True)
 class Tangents:
     """What the runtime needs to know of the backward's tangent inputs, fixed at compile time.
 
-    ``zeros``: shape, dtype and device of each tangent, to make zeros for an output nobody
-    differentiated.
+    ``zeros``: dtype and device of each tangent, to make zeros (of the output's shape in
+    that call) for an output nobody differentiated.
     ``of_grads``: per primal, the positions of the tangents its gradient is computed from
     (empty: no gradient). Eager autograd leaves ``.grad`` None on a parameter that reaches only
     outputs nobody differentiated (BERT's pooler under a loss on the hidden states); the runtime
     does the same instead of returning the zeros the backward computes from zero tangents.
     """
 
-    zeros: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
+    zeros: tuple[tuple[torch.dtype, torch.device], ...]
     of_grads: tuple[frozenset[int], ...]
 
 
@@ -81,12 +89,18 @@ def tangents(joint: FunctionalGraph, num_primals: int) -> Tangents:
             reached[node] = frozenset().union(*(reached.get(a, frozenset()) for a in node.all_input_nodes))
     of_grads = tuple(reached.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
     metas: list[TensorMeta] = [n.meta[META_KEY] for n in tangent_index]
-    return Tangents(tuple((tuple(int(s) for s in m.shape), m.dtype, m.device) for m in metas), of_grads)
+    return Tangents(tuple((m.dtype, m.device) for m in metas), of_grads)
 
 
 def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -> Partition:
-    """Split ``joint`` (outputs: forward outputs, mutations, then one grad per primal)."""
+    """Split ``joint`` (outputs: forward outputs, mutations, then one grad per primal).
+
+    Both graphs record the joint graph's ShapeEnv. Sizes are never saved: the backward reads
+    each size it needs from one of its own inputs with that size as a dim.
+    """
     graph = joint.gm.graph
+    env = shape_env_of(joint.gm)
+    hints = dict(env.hints) if env is not None else None
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     primals, tangents = placeholders[:num_primals], placeholders[num_primals:]
     output = next(n for n in graph.nodes if n.op == "output")
@@ -98,18 +112,19 @@ def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -
     for node in graph.nodes:
         if node.op != "output" and any(a in backward_nodes for a in node.all_input_nodes):
             backward_nodes.add(node)
-    forward_nodes = [n for n in graph.nodes if n.op != "output" and n not in backward_nodes]
+    forward_nodes = [n for n in graph.nodes if n.op != "output" and n not in backward_nodes and not is_size_node(n)]
     read_by_backward = [
         n for n in forward_nodes if any(u in backward_nodes for u in n.users) or any(g is n for g in grads)
     ]
-    baseline = sum(nbytes(n) for n in read_by_backward)
+    baseline = sum(nbytes(n, hints) for n in read_by_backward)
     if mode == "save_all":
         saved = read_by_backward
     elif mode == "min_cut":
-        saved = _min_cut(forward_nodes, read_by_backward)
+        saved = _min_cut(forward_nodes, read_by_backward, hints)
     else:
         raise PartitionError(f"unknown partition {mode!r}: use 'min_cut' or 'save_all'")
-    saved_bytes = sum(nbytes(n) for n in saved)
+    saved += _size_carriers(joint.gm, [*saved, *tangents], grads)
+    saved_bytes = sum(nbytes(n, hints) for n in saved)
     log.info("partition %s saves %d values, %d bytes (save_all baseline: %d bytes)", mode, len(saved), saved_bytes, baseline)
 
     forward = extract(joint.gm, primals, [*forward_outputs, *saved])
@@ -117,12 +132,42 @@ def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -
     return Partition(forward, backward, n_forward, tuple(n.name for n in saved), int(saved_bytes), int(baseline))
 
 
-def _min_cut(forward_nodes: list[torch.fx.Node], read_by_backward: list[torch.fx.Node]) -> list[torch.fx.Node]:
+def _size_source(inputs: list[torch.fx.Node], size: sympy.Basic, env: ShapeEnv | None) -> tuple[torch.fx.Node, int] | None:
+    """An input with ``size`` as one of its dims (equal once the guards' substitutions apply), and that dim."""
+    wanted = env.simplify(size) if env is not None else size
+    for node in inputs:
+        meta = node.meta.get(META_KEY)
+        if isinstance(meta, TensorMeta):
+            for dim, s in enumerate(meta.shape):
+                if not isinstance(s, int) and (env.simplify(s) if env is not None else s) == wanted:
+                    return node, dim
+    return None
+
+
+def _size_carriers(gm: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list[Any]) -> list[torch.fx.Node]:
+    """Forward values to save only for their sizes: for each size the backward reads that none
+    of its inputs has as a dim, the tensor it was read from (a primal: saving it copies nothing)."""
+    carriers: list[torch.fx.Node] = []
+    available = list(inputs)
+    env = shape_env_of(gm)
+    for node in _ancestors([o for o in outputs if isinstance(o, torch.fx.Node)], frozenset(inputs)):
+        if node.target is not aten.sym_size.int or node.args[0] in available:
+            continue
+        if _size_source(available, node.meta[META_KEY], env) is None:
+            source = cast(torch.fx.Node, node.args[0])
+            carriers.append(source)
+            available.append(source)
+    return carriers
+
+
+def _min_cut(
+    forward_nodes: list[torch.fx.Node], read_by_backward: list[torch.fx.Node], hints: Mapping[sympy.Symbol, int] | None
+) -> list[torch.fx.Node]:
     index = {n: i for i, n in enumerate(forward_nodes)}
     net = FlowNetwork(2 * len(forward_nodes) + 2)
     source, sink = 2 * len(forward_nodes), 2 * len(forward_nodes) + 1
     for node, i in index.items():
-        net.add_edge(2 * i, 2 * i + 1, nbytes(node))
+        net.add_edge(2 * i, 2 * i + 1, nbytes(node, hints))
         # A node on the sink side of its own edge is recomputed in the backward (the forward
         # may still compute it for its own outputs); inputs and non-recomputable ops must not be.
         if node.op == "placeholder" or not recomputable(node):
@@ -139,6 +184,8 @@ def _min_cut(forward_nodes: list[torch.fx.Node], read_by_backward: list[torch.fx
 
 
 def _ancestors(nodes: list[torch.fx.Node], stop: frozenset[torch.fx.Node] = frozenset()) -> set[torch.fx.Node]:
+    # A size read (sym_size.int) is a leaf: extract() reads it from whichever input of the
+    # split graph has that size, so the tensor it was traced from need not be available.
     found: set[torch.fx.Node] = set()
     stack = list(nodes)
     while stack:
@@ -146,7 +193,7 @@ def _ancestors(nodes: list[torch.fx.Node], stop: frozenset[torch.fx.Node] = froz
         if node in found:
             continue
         found.add(node)
-        if node not in stop:
+        if node not in stop and node.target is not aten.sym_size.int:
             stack.extend(node.all_input_nodes)
     return found
 
@@ -154,6 +201,7 @@ def _ancestors(nodes: list[torch.fx.Node], stop: frozenset[torch.fx.Node] = froz
 def extract(gm: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list[Any]) -> torch.fx.GraphModule:
     """A new aten GraphModule computing ``outputs`` from ``inputs`` (nodes of ``gm``)."""
     needed = _ancestors([o for o in outputs if isinstance(o, torch.fx.Node)], frozenset(inputs))
+    shape_env = shape_env_of(gm)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     constants: dict[str, Any] = {}
@@ -168,8 +216,24 @@ def extract(gm: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list
             raise PartitionError(f"the split graph needs input {node.name}, which is not available to it")
         if node.op == "get_attr":
             constants[str(node.target)] = getattr(gm, str(node.target))
+        if node.target is aten.sym_size.int and node.args[0] not in env:
+            env[node] = _read_size(graph, node, inputs, env, shape_env)
+            continue
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
     new_gm = torch.fx.GraphModule(constants, graph)
     set_dialect(new_gm, "aten")
+    if SHAPE_ENV_KEY in gm.meta:
+        new_gm.meta[SHAPE_ENV_KEY] = gm.meta[SHAPE_ENV_KEY]
     return new_gm
+
+
+def _read_size(
+    graph: torch.fx.Graph, node: torch.fx.Node, inputs: list[torch.fx.Node], env: dict[torch.fx.Node, torch.fx.Node], shape_env: ShapeEnv | None
+) -> torch.fx.Node:
+    found = _size_source(inputs, node.meta[META_KEY], shape_env)
+    if found is None:
+        raise PartitionError(f"the split graph needs size {node.meta[META_KEY]} ({node.name}), which none of its inputs has")
+    new = graph.call_function(aten.sym_size.int, (env[found[0]], found[1]))
+    new.meta.update(node.meta)
+    return new

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ptc_spec import ShapeEnv
+
 from .errors import DoubleBackwardError
 from .partition import Tangents
 from .tracing import OutputPlan
@@ -29,6 +31,8 @@ class CompiledProgram:
 
     ``backward`` is None for inference programs. ``differentiable`` says, per graph output,
     whether it has a tangent input in the backward; ``tangents`` describes those inputs.
+    ``shape_env``: for a symbolic program, the ShapeEnv its graphs record (the guards a call's
+    sizes must satisfy); None for static sizes.
     """
 
     forward: Compiled
@@ -39,6 +43,7 @@ class CompiledProgram:
     outputs: tuple[OutputPlan, ...]
     out_spec: pytree.TreeSpec
     tangents: Tangents | None = None
+    shape_env: ShapeEnv | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
         """Run the program on the tensor inputs and return the user's output structure."""
@@ -63,12 +68,16 @@ class CompiledProgram:
 
 
 def _output(plan: OutputPlan, tensors: Sequence[torch.Tensor], graph_outputs: Sequence[Any]) -> Any:
+    # Symbolic view sizes and returned sizes are computed from this call's tensors, never
+    # the sizes the program was traced with.
     if plan.kind == "graph":
         return graph_outputs[plan.index]
     if plan.kind == "input":
-        return replay(plan.chain, tensors[plan.index])
+        return replay(plan.chain, tensors[plan.index], tensors if plan.sized else None)
     if plan.kind == "alias":
-        return replay(plan.chain, graph_outputs[plan.index])
+        return replay(plan.chain, graph_outputs[plan.index], tensors if plan.sized else None)
+    if plan.kind == "size":
+        return plan.value(tensors)
     return plan.value
 
 
@@ -82,6 +91,9 @@ class _CompiledFunction(torch.autograd.Function):
             saved = _detach_from_inputs(saved, [tensors[i] for i in program.mutated_inputs])
         ctx.save_for_backward(*saved)
         ctx.program = program
+        # The shapes of this call's differentiable outputs: zeros for the ones nobody
+        # differentiates take them (a symbolic program has no fixed shapes).
+        ctx.output_shapes = [out.shape for out, d in zip(outputs, program.differentiable) if d]
         # Outputs nobody differentiates arrive in backward as None instead of zeros, so that
         # inputs reaching only those outputs get no gradient, as in eager.
         ctx.set_materialize_grads(False)
@@ -101,7 +113,7 @@ class _CompiledFunction(torch.autograd.Function):
         present = frozenset(j for j, g in enumerate(given) if g is not None)
         tangents = [
             g.contiguous() if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, (shape, dtype, device) in zip(given, program.tangents.zeros)
+            for g, shape, (dtype, device) in zip(given, ctx.output_shapes, program.tangents.zeros)
         ]
         saved = ctx.saved_tensors
         # A backward called inside an autocast region must not cast the graph's ops again.

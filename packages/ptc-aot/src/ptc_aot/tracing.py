@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,10 +19,11 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptc_spec import TensorMeta, TracedTensor
+from ptc_spec import ShapeEnv, TensorMeta, TracedTensor, symbolic_dispatch
 from ptc_spec.tracer import Tracer, finish
 
 from .errors import UnsupportedMutationError
+from .sizes import bind_sizes, size_fn
 from .views import ViewStep, alias_roots
 
 log = logging.getLogger("ptc.aot.trace")
@@ -33,13 +34,16 @@ class OutputPlan:
     """How the runtime produces one output leaf of the user's function.
 
     ``kind``: ``"graph"`` (graph output ``index``), ``"input"`` (view ``chain`` of tensor input
-    ``index``), ``"alias"`` (view ``chain`` of graph output ``index``) or ``"constant"`` (``value``).
+    ``index``), ``"alias"`` (view ``chain`` of graph output ``index``), ``"constant"`` (``value``)
+    or ``"size"`` (``value``, a :class:`SizeFn` of the inputs: a symbolic size the function returned).
+    ``sized``: the chain has symbolic sizes, computed from the call's tensors.
     """
 
     kind: str
     index: int = -1
     chain: tuple[ViewStep, ...] = ()
     value: Any = None
+    sized: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,8 @@ class TracedProgram:
 class _RecordingTracer(Tracer):
     """ptc-spec's tracer, also remembering the traced tensor object behind each node."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, shape_env: ShapeEnv | None) -> None:
+        super().__init__(shape_env)
         self.objects: dict[torch.fx.Node, TracedTensor] = {}
 
     def dispatch(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -82,9 +86,13 @@ def _differentiable(x: Any) -> bool:
     return isinstance(x, TracedTensor) and x.requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex)
 
 
-def trace_program(fn: Callable[..., Any], inputs: Sequence[Any], joint: bool) -> TracedProgram:
-    """Trace ``fn`` over ``inputs`` (TensorMeta for tensors, other values baked in); with ``joint``, its backward too."""
-    tracer = _RecordingTracer()
+def trace_program(fn: Callable[..., Any], inputs: Sequence[Any], joint: bool, shape_env: ShapeEnv | None = None) -> TracedProgram:
+    """Trace ``fn`` over ``inputs`` (TensorMeta for tensors, other values baked in); with ``joint``, its backward too.
+
+    Inputs with symbolic sizes need ``shape_env``, the ShapeEnv of their symbols; the trace
+    records in it every decision ``fn`` (or an op) makes on a size, and the graph records it.
+    """
+    tracer = _RecordingTracer(shape_env)
     args: list[Any] = []
     metas: list[TensorMeta] = []
     primals: list[TracedTensor] = []
@@ -98,7 +106,7 @@ def trace_program(fn: Callable[..., Any], inputs: Sequence[Any], joint: bool) ->
         else:
             args.append(value)
     mode = _Recording(tracer)
-    with torch.enable_grad() if joint else torch.no_grad(), mode:
+    with torch.enable_grad() if joint else torch.no_grad(), mode, symbolic_dispatch(tracer.shape_env):
         result = fn(*args)
     for i, (primal, meta) in enumerate(zip(primals, metas)):
         if primal.requires_grad and not meta.requires_grad:
@@ -128,13 +136,14 @@ def _trace_backward(
     last = [n for n in tracer.graph.nodes if n.op == "placeholder"][-1]
     tangents: list[TracedTensor] = []
     for i, out in enumerate(o for o, d in zip(outputs, differentiable) if d):
-        meta = TensorMeta.of(tuple(out.shape), out.dtype, out.device)
+        # Read back as sympy (TensorMeta.from_tensor): symbolic sizes, no guards.
+        meta = TensorMeta.of(TensorMeta.from_tensor(out).shape, out.dtype, out.device)
         tangent = tracer.placeholder(f"tangents_{i}", meta)
         last.append(tangent._node)
         last = tangent._node
         tangents.append(tangent)
     wrt = [p for p in primals if p.requires_grad]
-    with torch.enable_grad(), mode:
+    with torch.enable_grad(), mode, symbolic_dispatch(tracer.shape_env):
         found = torch.autograd.grad(
             [o for o, d in zip(outputs, differentiable) if d], wrt, tangents, allow_unused=True
         )
@@ -153,16 +162,21 @@ def _plan_outputs(tracer: _RecordingTracer, leaves: list[Any], primals: list[Tra
     plans: list[OutputPlan | None] = [None] * len(leaves)
     graph_outputs: list[Any] = []
     for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, torch.Tensor):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            plans[i] = _size_plan(tracer, leaf, placeholder_index)
+        elif not isinstance(leaf, torch.Tensor):
             plans[i] = OutputPlan("constant", value=leaf)
         elif not isinstance(leaf, TracedTensor):
             plans[i] = OutputPlan("graph", len(graph_outputs))
             graph_outputs.append(leaf)
     for root, members in groups.items():
-        chains = {i: roots.get(leaves[i]._node, (root, ()))[1] for i in members}
+        chains: dict[int, tuple[ViewStep, ...]] = {}
+        sized: dict[int, bool] = {}
+        for i in members:
+            chains[i], sized[i] = _bound_chain(roots.get(leaves[i]._node, (root, ()))[1], placeholder_index)
         if root in placeholder_index:
             for i in members:
-                plans[i] = OutputPlan("input", placeholder_index[root], chains[i])
+                plans[i] = OutputPlan("input", placeholder_index[root], chains[i], sized=sized[i])
             continue
         if len(members) == 1:
             plans[members[0]] = OutputPlan("graph", len(graph_outputs))
@@ -175,5 +189,25 @@ def _plan_outputs(tracer: _RecordingTracer, leaves: list[Any], primals: list[Tra
         index = len(graph_outputs)
         graph_outputs.append(base)
         for i in members:
-            plans[i] = OutputPlan("alias", index, chains[i])
+            plans[i] = OutputPlan("alias", index, chains[i], sized=sized[i])
     return [p for p in plans if p is not None], graph_outputs
+
+
+def _bound_chain(chain: tuple[ViewStep, ...], inputs: dict[torch.fx.Node, int]) -> tuple[tuple[ViewStep, ...], bool]:
+    """``chain`` with its size nodes made SizeFns of the inputs (the runtime replays it on real tensors)."""
+    bound: list[ViewStep] = []
+    sized = False
+    for step in chain:
+        (args, kwargs), found = bind_sizes((step.args, step.kwargs), inputs)
+        sized = sized or found
+        bound.append(replace(step, args=args, kwargs=kwargs))
+    return tuple(bound), sized
+
+
+def _size_plan(tracer: _RecordingTracer, value: torch.SymInt | torch.SymFloat | torch.SymBool, inputs: dict[torch.fx.Node, int]) -> OutputPlan:
+    # A size the function returns (x.shape[0] * 2): its graph computation, as a SizeFn of the
+    # inputs; a size the guards fix is a constant.
+    node = tracer.size_value(value)
+    if not isinstance(node, torch.fx.Node):
+        return OutputPlan("constant", value=node)
+    return OutputPlan("size", value=size_fn(node, inputs))

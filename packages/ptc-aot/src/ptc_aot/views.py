@@ -8,16 +8,17 @@ views after a mutation, and inverts them (``*_scatter``) to push a mutated view 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY
+from ptc_spec import META_KEY, SymSize
 
 from .mutations import bind, inplace_view_counterpart, result_aliases
+from .sizes import evaluate
 
 aten = torch.ops.aten
 
@@ -34,9 +35,13 @@ class ViewStep:
     kwargs: tuple[tuple[str, Any], ...] = ()
     index: int | None = None
 
-    def apply(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Apply this step to a real tensor (autograd sees an ordinary view op)."""
-        out = self.target(tensor, *self.args, **dict(self.kwargs))
+    def apply(self, tensor: torch.Tensor, inputs: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+        """Apply this step to a real tensor (autograd sees an ordinary view op).
+
+        ``inputs``: the call's tensors, from which the step's symbolic sizes (``SizeFn``) are computed.
+        """
+        args, kwargs = (self.args, self.kwargs) if inputs is None else evaluate((self.args, self.kwargs), inputs)
+        out = self.target(tensor, *args, **dict(kwargs))
         return cast(torch.Tensor, out[self.index] if self.index is not None else out)
 
     def emit(self, emit: Emit, node: torch.fx.Node) -> torch.fx.Node:
@@ -45,10 +50,10 @@ class ViewStep:
         return cast(torch.fx.Node, out[self.index] if self.index is not None else out)
 
 
-def replay(chain: tuple[ViewStep, ...], tensor: torch.Tensor) -> torch.Tensor:
-    """Apply a view chain to a real tensor."""
+def replay(chain: tuple[ViewStep, ...], tensor: torch.Tensor, inputs: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+    """Apply a view chain to a real tensor (its symbolic sizes computed from ``inputs``, when given)."""
     for step in chain:
-        tensor = step.apply(tensor)
+        tensor = step.apply(tensor, inputs)
     return tensor
 
 
@@ -135,8 +140,9 @@ INVERSES: dict[torch._ops.OpOverload, Inverse] = {
 }
 
 
-def _shape(node: torch.fx.Node) -> tuple[int, ...]:
-    return tuple(int(s) for s in node.meta[META_KEY].shape)
+def _shape(node: torch.fx.Node) -> tuple[SymSize, ...]:
+    # Symbolic sizes stay sympy: the functionalization pass's emit makes them graph sizes.
+    return tuple(node.meta[META_KEY].shape)
 
 
 def invertible(chain: tuple[ViewStep, ...]) -> bool:

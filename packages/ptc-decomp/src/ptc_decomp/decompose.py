@@ -22,10 +22,13 @@ from ptc_spec import (
     FALLBACK_KEY,
     LATEST_CORE,
     META_KEY,
+    SHAPE_ENV_KEY,
     OpSet,
+    ShapeEnv,
     TensorMeta,
     check,
     dialect_of,
+    expr_of,
     fallback_problem,
     is_fallback,
     mark_fallback,
@@ -33,6 +36,9 @@ from ptc_spec import (
     overload_name,
     roundtrip,
     set_dialect,
+    shape_env_of,
+    symbolic,
+    symbolic_dispatch,
 )
 from ptc_spec.errors import DialectError
 from ptc_spec.tracer import TracedTensor, Tracer, finish
@@ -40,6 +46,7 @@ from ptc_spec.tracer import TracedTensor, Tracer, finish
 from .complex_values import COMPLEX_REASON, returns_complex, touches_complex
 from .config import Config, config_from_env
 from .errors import DecompositionError, InPlaceOpError, NoDecompositionError, WrongDialectError
+from .layouts import contiguous, dense, same_layout, same_shape
 from .registry import Decomposition, declining, recording
 from .registry import table as default_table
 
@@ -89,8 +96,10 @@ class _Rewriter(Tracer):
     whose decomposition fails, is recorded as itself and marked as a fallback call instead.
     """
 
-    def __init__(self, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any], config: Config) -> None:
-        super().__init__()
+    def __init__(
+        self, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any], config: Config, shape_env: ShapeEnv | None = None
+    ) -> None:
+        super().__init__(shape_env)
         self.ops = ops
         self.decompositions = decompositions
         self.keep = keep
@@ -224,12 +233,16 @@ def decompose(
     full = default_table(target)
     decompositions = full if table is None else dict(table)
     keep = frozenset(op for op in full if op not in decompositions)
-    rewriter = _Rewriter(ops, decompositions, keep, config)
+    # A symbolic graph is replayed over symbolic traced tensors of its own ShapeEnv, so the
+    # decompositions' size arithmetic becomes graph nodes and any decision they make on a
+    # size becomes a guard recorded with the result (``ptc_spec.shape_env_of(out)``).
+    rewriter = _Rewriter(ops, decompositions, keep, config, shape_env_of(gm))
     _reject(gm, rewriter)
-    with torch.no_grad():
+    with torch.no_grad(), symbolic_dispatch(rewriter.shape_env):
         result = _replay(gm, rewriter)
     out = finish(rewriter, result, "aten")
-    out.meta.update({k: v for k, v in gm.meta.items() if k not in ("ptc_dialect", KEPT_KEY, FALLBACKS_KEY)})
+    # The result's ShapeEnv is the rewriter's: the input's guards plus any its decompositions added.
+    out.meta.update({k: v for k, v in gm.meta.items() if k not in ("ptc_dialect", KEPT_KEY, FALLBACKS_KEY, SHAPE_ENV_KEY)})
     _record_fallbacks(out, rewriter)
     kept = sorted({overload_name(n.target) for n in out.graph.nodes if n.op == "call_function" and n.target in keep})
     if kept:
@@ -388,40 +401,30 @@ def _describe(value: Any) -> str:
 def _match_tensor(node: torch.fx.Node, value: Any, expected: TensorMeta, rewriter: _Rewriter) -> Any:
     if not isinstance(value, TracedTensor):
         raise DecompositionError(f"the decomposition of node {node.name} ({overload_name(node.target)}) returned {_describe(value)}, expected a tensor")
-    if tuple(value.shape) != expected.shape or value.dtype != expected.dtype:
+    env = rewriter.shape_env
+    if not same_shape(env, tuple(value.shape), expected.shape) or value.dtype != expected.dtype:
         raise DecompositionError(
-            f"the decomposition of node {node.name} ({overload_name(node.target)}) returned shape {tuple(value.shape)}"
-            f" {value.dtype}, but the op gives {expected.shape} {expected.dtype}; the decomposition is wrong"
+            f"the decomposition of node {node.name} ({overload_name(node.target)}) returned shape {_shape_text(value.shape)}"
+            f" {value.dtype}, but the op gives {_shape_text(expected.shape)} {expected.dtype}; the decomposition is wrong"
         )
-    if not rewriter.config.restride or _same_layout(value, expected):
+    if not rewriter.config.restride or same_layout(env, value, expected):
         return value
     return _restride(value, expected, rewriter)
 
 
-def _same_layout(value: torch.Tensor, expected: TensorMeta) -> bool:
-    if value.numel() <= 1:
-        return True
-    return all(size == 1 or a == b for size, a, b in zip(value.shape, value.stride(), expected.stride))
-
-
-def _is_dense(meta: TensorMeta) -> bool:
-    # Non-overlapping and dense: sorting dims by stride gives contiguous strides of that order.
-    dims = sorted((s, sz) for s, sz in zip(meta.stride, meta.shape) if sz != 1)
-    running = 1
-    for stride, size in dims:
-        if stride != running:
-            return False
-        running *= size
-    return True
+def _shape_text(shape: Any) -> str:
+    return "(" + ", ".join(str(expr_of(s) if not isinstance(s, int) else s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _restride(value: TracedTensor, expected: TensorMeta, rewriter: _Rewriter) -> Any:
-    if not all(isinstance(s, int) for s in (*expected.shape, *expected.stride)) or not _is_dense(expected):
+    env = rewriter.shape_env
+    if not dense(env, expected):
         log.debug("cannot restride to %s", expected.stride)
         return value
-    shape, stride = list(expected.shape), list(expected.stride)
+    shape = [symbolic(s, env) for s in expected.shape]
+    stride = [symbolic(s, env) for s in expected.stride]
     with _Mode(rewriter):
-        if expected.is_contiguous():
+        if contiguous(env, expected):
             return aten.clone.default(value, memory_format=torch.contiguous_format)
         buffer = aten.empty_strided.default(shape, stride, dtype=value.dtype, device=value.device)
         return aten.as_strided_scatter.default(buffer, value, shape, stride, 0)

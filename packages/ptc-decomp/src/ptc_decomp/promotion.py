@@ -28,13 +28,13 @@ def category(dtype: torch.dtype) -> int:
     return 1
 
 
-def scalar_dtype(value: bool | int | float | complex) -> torch.dtype:
-    """The dtype a Python number takes part in promotion with."""
-    if isinstance(value, bool):
+def scalar_dtype(value: bool | int | float | complex | torch.SymInt | torch.SymFloat | torch.SymBool) -> torch.dtype:
+    """The dtype a Python number (or a symbolic size standing for one) takes part in promotion with."""
+    if isinstance(value, (bool, torch.SymBool)):
         return torch.bool
-    if isinstance(value, int):
+    if isinstance(value, (int, torch.SymInt)):
         return torch.int64
-    if isinstance(value, float):
+    if isinstance(value, (float, torch.SymFloat)):
         return torch.get_default_dtype()
     return torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
 
@@ -56,7 +56,7 @@ def result_type(*operands: Any) -> torch.dtype:
             continue
         if isinstance(x, torch.Tensor):
             (dimmed if x.dim() > 0 else zero_dim).append(x.dtype)
-        elif isinstance(x, (bool, int, float, complex)):
+        elif isinstance(x, (bool, int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)):
             numbers.append(scalar_dtype(x))
         else:
             raise TypeError(f"cannot promote a {type(x).__name__}")

@@ -19,6 +19,7 @@ from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_met
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
 from .shapes import SHAPE_ENV_KEY, ShapeEnv, record_shape_env, shape_env_of, symbol_values
+from .sym_exprs import Term, term_source, term_value, to_term
 from .symnode import SymNode, expr_of, symbolic
 from .targets import allow_target, is_allowed_target, target_name
 from .tracer import TracedTensor, Tracer, finish, symbolic_dispatch, trace
@@ -57,6 +58,7 @@ __all__ = [
     "SymNode",
     "SymSize",
     "TensorMeta",
+    "Term",
     "TraceError",
     "TracedTensor",
     "Tracer",
@@ -97,5 +99,8 @@ __all__ = [
     "symbolic",
     "symbolic_dispatch",
     "target_name",
+    "term_source",
+    "term_value",
+    "to_term",
     "trace",
 ]

@@ -164,6 +164,8 @@ class ShapeEnv:
         if not isinstance(expr, sympy.Expr):
             return expr
         out = sympy.expand(expr)
+        if out.has(sympy.Float) and out.has(sympy.floor, sympy.ceiling):
+            out = out.replace(lambda e: isinstance(e, (sympy.floor, sympy.ceiling)) and e.has(sympy.Float), _exact_rounding)
         if out.has(sympy.Max, sympy.Min):
             out = out.replace(lambda e: isinstance(e, (sympy.Max, sympy.Min)), self._prune_extreme)
         if out.has(sympy.Mod):
@@ -218,9 +220,11 @@ class ShapeEnv:
         if not isinstance(factored, sympy.Mul):
             return None
         kept = [f for f in factored.args if not (f.is_positive or decide(sympy.Gt(f, 0), self._ranges))]
-        if len(kept) == len(factored.args) or not kept:
+        if len(kept) == len(factored.args):
             return None
-        return sympy.Mul(*kept)
+        # Every factor positive: the product compares with 0 as 1 does (strides of a
+        # contiguous tensor: s0*floor(s1/2) >= floor(s1/2) holds for every s0 >= 2).
+        return sympy.Mul(*kept) if kept else sympy.Integer(1)
 
     def has_hint(self, expr: sympy.Basic) -> bool:
         """True when ``expr`` mentions no data-dependent symbol."""
@@ -389,7 +393,17 @@ class ShapeEnv:
             self._replacements = {k: v.xreplace({sym: value}) for k, v in self._replacements.items()}
             self._replacements[sym] = value
             self._simplified.clear()
+            # The replaced symbol's range now bounds its value (s1 -> s0 - 3 with s1 >= 2 says
+            # s0 >= 5); without it, a size written s0 - 3 could not be proved >= 0 again.
+            self._bound(value, self._ranges[sym])
             return
+
+    def _bound(self, expr: sympy.Basic, vr: ValueRange) -> None:
+        """Narrow ranges from ``expr`` lying in ``vr`` (learnt, not guarded: it follows from the guards)."""
+        if vr.lower != -INF:
+            self._learn(sympy.Ge(expr, int(vr.lower)))
+        if vr.upper != INF:
+            self._learn(sympy.Le(expr, int(vr.upper)))
 
     @property
     def guards(self) -> tuple[sympy.Basic, ...]:
@@ -451,6 +465,27 @@ class ShapeEnv:
         env._guards = dict.fromkeys(state["guards"])
         env._asserts = dict.fromkeys(state["runtime_asserts"])
         return env
+
+
+def short_binary_fraction(value: sympy.Float) -> bool:
+    """Whether a float constant is k / 2**m with m <= 20 (0.5, 1.25, 0.75): scale factors whose
+    products with sizes a float computes exactly, so exact and eager rounding agree. Every float
+    is a binary fraction; 1/3's needs m = 54, and eager's rounded products then differ."""
+    q = int(sympy.Rational(value).q)
+    return q & (q - 1) == 0 and q <= 2**20
+
+
+def _exact_rounding(e: sympy.Basic) -> sympy.Basic:
+    """floor/ceiling of an expression with binary-fraction float coefficients (a scale factor:
+    floor(0.5*s0)) over the exact fractions: floor(s0/2) is then integer division, as every
+    consumer lowers it, and one size is never written two ways."""
+    arg = e.args[0]
+    floats = arg.atoms(sympy.Float)
+    if not all(short_binary_fraction(f) for f in floats):
+        # Not exactly a binary fraction: no rational stands for eager's rounded float product
+        # at every size (SymNode specializes such roundings before they reach here).
+        return e
+    return type(e)(sympy.expand(arg.xreplace({f: sympy.Rational(f) for f in floats})))
 
 
 def _bound(b: object) -> int | None:

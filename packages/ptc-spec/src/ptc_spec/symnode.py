@@ -23,7 +23,7 @@ from typing import Any
 import sympy
 import torch
 
-from .shapes import ShapeEnv
+from .shapes import ShapeEnv, short_binary_fraction
 
 PyType = type[int] | type[float] | type[bool]
 
@@ -33,6 +33,26 @@ _SPECIALIZED_MATH: dict[str, Callable[[float], float]] = {
     "sym_tan": math.tan, "sym_tanh": math.tanh, "sym_asin": math.asin, "sym_acos": math.acos,
     "sym_atan": math.atan, "sym_log2": math.log2,
 }  # fmt: skip
+
+
+def _as_python_float(expr: sympy.Basic, values: dict[Any, int]) -> float:
+    """``expr`` computed in Python floats, operand by operand, as eager computes a size from a
+    float scale (printing it, as lambdify does, would round its constants to 15 digits)."""
+    if isinstance(expr, sympy.Symbol):
+        return float(values[expr])
+    if isinstance(expr, sympy.Number):
+        return float(expr)
+    parts = [_as_python_float(a, values) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return builtins.sum(parts[1:], parts[0])
+    if isinstance(expr, sympy.Mul):
+        out = parts[0]
+        for p in parts[1:]:
+            out *= p
+        return out
+    if isinstance(expr, sympy.Pow):
+        return float(parts[0] ** parts[1])
+    return float(expr.subs(values))
 
 
 def _promoted(a: SymNode, b: SymNode) -> PyType:
@@ -179,15 +199,30 @@ class SymNode:
         return self._new(sympy.Abs(self.expr), self.pytype)
 
     def ceil(self) -> SymNode:
-        return self._new(sympy.ceiling(self.expr), int)
+        return self._rounded(sympy.ceiling, math.ceil)
 
     def floor(self) -> SymNode:
-        return self._new(sympy.floor(self.expr), int)
+        return self._rounded(sympy.floor, math.floor)
 
     def trunc(self) -> SymNode:
         # trunc rounds toward zero: floor for values >= 0, ceiling below (a guarded decision).
         nonnegative = self.env.guard_bool(sympy.Ge(self.expr, 0))
-        return self._new(sympy.floor(self.expr) if nonnegative else sympy.ceiling(self.expr), int)
+        return self.floor() if nonnegative else self.ceil()
+
+    def _rounded(self, symbolic: Any, eager: Any) -> SymNode:
+        """``floor``/``ceiling`` of this value, as eager's float arithmetic would round it.
+
+        With only short binary-fraction constants (0.5, 1.25) float and exact arithmetic agree
+        for any realistic size, so the result stays symbolic. Another constant (0.29, 1/3) makes eager's rounded product differ from the
+        exact one at some sizes (floor(100 * 0.29) is 28), so the symbols are specialized and
+        the value computed in Python floats, as eager computes it.
+        """
+        floats = self.expr.atoms(sympy.Float)
+        if all(short_binary_fraction(f) for f in floats):
+            exact = self.expr.xreplace({f: sympy.Rational(f) for f in floats})
+            return self._new(symbolic(exact), int)
+        values = {sym: self.env.guard_int(sym) for sym in self.expr.free_symbols}
+        return self.wrap_int(int(eager(_as_python_float(self.expr, values))))
 
     sym_int = trunc
 

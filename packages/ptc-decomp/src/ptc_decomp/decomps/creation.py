@@ -8,27 +8,17 @@ from typing import Any
 
 import torch
 
+from ..dims import at_least_one, dense_order, same
 from ..promotion import cast
 from ..registry import register_decomposition
 
 aten = torch.ops.aten
 
 
-def _dense_order(x: torch.Tensor) -> list[int] | None:
-    """Dims of ``x`` from outermost to innermost when its layout is dense, else None."""
-    order = sorted(range(x.dim()), key=lambda d: (-x.stride()[d], -x.shape[d]))
-    running = 1
-    for d in reversed(order):
-        if x.shape[d] != 1 and x.stride()[d] != running:
-            return None
-        running *= x.shape[d]
-    return order
-
-
 def _layout_of(x: torch.Tensor, memory_format: torch.memory_format | None) -> list[int]:
     """The dim order eager gives a tensor made like ``x`` with ``memory_format``."""
     if memory_format in (None, torch.preserve_format):
-        order = _dense_order(x)
+        order = dense_order(list(x.shape), list(x.stride()))
         if order is not None:
             return order
     if memory_format == torch.channels_last and x.dim() == 4:
@@ -93,11 +83,11 @@ def empty_like(
 ) -> torch.Tensor:
     """An uninitialised tensor laid out like self."""
     order = _layout_of(self, memory_format)
-    strides = [0] * self.dim()
-    running = 1
+    strides: list[int | torch.SymInt] = [0] * self.dim()
+    running: int | torch.SymInt = 1
     for d in reversed(order):
         strides[d] = running
-        running *= max(self.shape[d], 1)
+        running = running * at_least_one(self.shape[d])
     return aten.empty_strided.default(list(self.shape), strides, dtype=dtype or self.dtype, device=device or self.device)
 
 
@@ -183,7 +173,7 @@ def new_empty_strided(
 
 
 def _arange_dtype(start: Any, end: Any, step: Any) -> torch.dtype:
-    if any(isinstance(v, float) for v in (start, end, step)):
+    if any(isinstance(v, (float, torch.SymFloat)) for v in (start, end, step)):
         return torch.get_default_dtype()
     return torch.int64
 
@@ -240,7 +230,7 @@ def copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     value = src
     if src.dtype != self.dtype or src.device != self.device:
         value = aten._to_copy.default(src, dtype=self.dtype, device=self.device)
-    if list(value.shape) != list(self.shape):
+    if value.dim() != self.dim() or not all(same(a, b) for a, b in zip(value.shape, self.shape)):
         value = aten.expand.default(value, list(self.shape))
     return aten.clone.default(value)
 

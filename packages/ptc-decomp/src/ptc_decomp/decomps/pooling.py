@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..dims import reshape
+from ..dims import known, reshape
 from ..promotion import cast, upcast
 from ..registry import register_decomposition
 
@@ -39,10 +39,15 @@ def _unbatched(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return x if like.dim() == 4 else aten.squeeze.dims(x, [0])
 
 
-def _windows(x: torch.Tensor, kernel: list[int], stride: list[int], pad: list[int], dilation: list[int], out: list[int], fill: Any) -> torch.Tensor:
+def _windows(
+    x: torch.Tensor, kernel: list[int], stride: list[int], pad: list[int], dilation: list[int], out: list[Any], fill: Any, ceil_mode: bool
+) -> torch.Tensor:
     """(N, C, oH, oW, kH * kW): every pooling window of a padded 4-D input."""
     spans = [dilation[i] * (kernel[i] - 1) + 1 for i in range(2)]
-    rights = [max((out[i] - 1) * stride[i] + spans[i] - x.shape[2 + i] - pad[i], 0) for i in range(2)]
+    # The last window ends at most ``pad`` past the input (ceil mode: stride - 1 more). Padding
+    # that much on the right, whatever the size, keeps the padding a constant; the windows
+    # beyond ``out`` that the extra padding may add are sliced off below.
+    rights = [pad[i] + (stride[i] - 1 if ceil_mode else 0) for i in range(2)]
     padded = aten.constant_pad_nd.default(x, [pad[1], rights[1], pad[0], rights[0]], fill)
     rows = aten.unfold.default(padded, 2, spans[0], stride[0])
     rows = aten.slice.Tensor(aten.slice.Tensor(rows, 2, 0, out[0]), 4, 0, spans[0], dilation[0])
@@ -70,7 +75,7 @@ def max_pool2d_with_indices(
     x = _batched(self)
     width = x.shape[3]
     out = [pooled_size(x.shape[2 + i], kernel[i], steps[i], pads[i], dils[i], ceil_mode) for i in range(2)]
-    windows = _windows(x, kernel, steps, pads, dils, out, _lowest(x.dtype))
+    windows = _windows(x, kernel, steps, pads, dils, out, _lowest(x.dtype), ceil_mode)
     values = aten.amax.default(windows, [-1], False)
     where = aten.argmax.default(windows, -1, False)
     kh = aten.div.Tensor_mode(where, kernel[1], rounding_mode="floor")
@@ -137,7 +142,7 @@ def avg_pool2d(
     """Window sums divided by the window size (with or without padding) or divisor_override."""
     x = _batched(upcast(self))
     kernel, steps, pads, out = _avg_setup(x, kernel_size, stride, padding, ceil_mode)
-    total = aten.sum.dim_IntList(_windows(x, kernel, steps, pads, [1, 1], out, 0), [-1], False)
+    total = aten.sum.dim_IntList(_windows(x, kernel, steps, pads, [1, 1], out, 0, ceil_mode), [-1], False)
     if divisor_override:
         result = aten.div.Tensor(total, divisor_override)
     else:
@@ -178,7 +183,9 @@ def _fold(
 ) -> torch.Tensor:
     """Sum each kernel offset's (N, C, oH, oW) values back onto the input grid (col2im)."""
     spans = [(out[i] - 1) * steps[i] + 1 for i in range(2)]
-    padded = [max(pads[i] + shape[2 + i], dils[i] * (kernel[i] - 1) + spans[i]) for i in range(2)]
+    # Windows end at most pad (ceil mode: stride - 1 more) past the input, so this buffer
+    # holds every window at every size, with no max() of sizes to decide.
+    padded = [shape[2 + i] + 2 * pads[i] + steps[i] - 1 for i in range(2)]
     buffer = aten.full.default([shape[0], shape[1], padded[0], padded[1]], 0, dtype=dtype, device=device)
     # One strided add per kernel offset: the windows at offset (i, j) touch a regular grid.
     for i in range(kernel[0]):
@@ -199,7 +206,7 @@ def im2col(self: torch.Tensor, kernel_size: Sequence[int], dilation: Sequence[in
     x = _batched(self)
     n, c = x.shape[0], x.shape[1]
     out = [pooled_size(x.shape[2 + i], kernel[i], steps[i], pads[i], dils[i], False) for i in range(2)]
-    windows = _windows(x, kernel, steps, pads, dils, out, 0)
+    windows = _windows(x, kernel, steps, pads, dils, out, 0, False)
     cols = reshape(aten.permute.default(windows, [0, 1, 4, 2, 3]), [n, c * kernel[0] * kernel[1], out[0] * out[1]])
     return _unbatched_cols(cols, self)
 
@@ -242,7 +249,9 @@ def adaptive_avg_pool2d(self: torch.Tensor, output_size: Sequence[int]) -> torch
     x = _batched(upcast(self))
     n, c, height, width = x.shape
     oh, ow = _pair(output_size)
-    if height % oh == 0 and width % ow == 0:
+    # The reshape-mean fast path only where the sizes divide at every admitted size: testing
+    # a symbolic size would guard its divisibility, and the matrices are right at any size.
+    if known(height % oh == 0) and known(width % ow == 0):
         blocks = reshape(x, [n, c, oh, height // oh, ow, width // ow])
         out = aten.div.Tensor(aten.sum.dim_IntList(blocks, [3, 5], False), (height // oh) * (width // ow))
     else:
@@ -258,7 +267,7 @@ def adaptive_avg_pool2d_backward(grad_output: torch.Tensor, self: torch.Tensor) 
     x, g = _batched(self), _batched(upcast(grad_output))
     n, c, height, width = x.shape
     oh, ow = g.shape[2], g.shape[3]
-    if height % oh == 0 and width % ow == 0:
+    if known(height % oh == 0) and known(width % ow == 0):
         kh, kw = height // oh, width // ow
         share = aten.div.Tensor(aten.view.default(g, [n, c, oh, 1, ow, 1]), kh * kw)
         spread = aten.expand.default(share, [n, c, oh, kh, ow, kw])

@@ -66,6 +66,12 @@ def roll(self: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] = ()) ->
     for shift, dim in zip(shifts, dims):
         d = wrap_dim(dim, self.dim())
         n = self.shape[d]
+        if isinstance(n, torch.SymInt):
+            # A symbolic length: where the cut falls (shift % n) is a size expression whose
+            # slices would guard it; a gather of (i - shift) % n computed on tensors holds at every length.
+            source = aten.remainder.Scalar(aten.arange.start_step(-shift, n - shift, 1, dtype=torch.int64, device=self.device), n)
+            out = aten.index_select.default(out, d, source)
+            continue
         if n == 0:
             continue
         s = shift % n

@@ -40,7 +40,9 @@ def _output_size(input: torch.Tensor, output_size: Sequence[int] | None, scale_f
         return list(output_size), [None, None]
     if scale_factors is None:
         raise RuntimeError("upsampling needs either output_size or scale_factors")
-    sizes = [int(input.shape[2 + i] * scale_factors[i]) for i in range(2)]
+    # floor(size * scale) as eager computes it; sym_int keeps a symbolic size an expression
+    # (int() would specialize it).
+    sizes = [torch.sym_int(input.shape[2 + i] * scale_factors[i]) for i in range(2)]
     return sizes, [float(s) for s in scale_factors]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..dims import infer_size, reshape, view_strides, wrap_dim
+from ..dims import infer_size, reshape, same, view_strides, wrap_dim
 from ..registry import register_decomposition
 
 aten = torch.ops.aten
@@ -108,7 +108,7 @@ def flatten(self: torch.Tensor, start_dim: int = 0, end_dim: int = -1) -> torch.
 def unflatten(self: torch.Tensor, dim: int, sizes: Sequence[int]) -> torch.Tensor:
     """Split one dim into ``sizes``."""
     d = wrap_dim(dim, self.dim())
-    shape = list(self.shape)
+    shape: list[int | torch.SymInt] = list(self.shape)
     inner = infer_size(sizes, shape[d])
     return reshape(self, shape[:d] + inner + shape[d + 1 :])
 
@@ -146,8 +146,12 @@ def split(self: torch.Tensor, split_size: int, dim: int = 0) -> list[torch.Tenso
     length = self.shape[d]
     if split_size == 0 and length == 0:
         return [aten.alias.default(self)]
-    count = max((length + split_size - 1) // split_size, 1)
-    return [aten.slice.Tensor(self, d, i * split_size, min((i + 1) * split_size, length)) for i in range(count)]
+    # The number of pieces is a Python int (on a symbolic length the op's own meta kernel
+    # guarded it); every piece but the last has split_size, the last ends at the length, so
+    # no piece's end needs min() (which would guard where the length lies).
+    count = max(int((length + split_size - 1) // split_size), 1)
+    ends = [(i + 1) * split_size for i in range(count - 1)] + [length]
+    return [aten.slice.Tensor(self, d, i * split_size, end) for i, end in enumerate(ends)]
 
 
 @register_decomposition(aten.split_with_sizes.default)
@@ -179,6 +183,14 @@ def unbind(self: torch.Tensor, dim: int = 0) -> list[torch.Tensor]:
     return [aten.select.int(self, d, i) for i in range(self.shape[d])]
 
 
+def _smaller(a: int | torch.SymInt, b: int | torch.SymInt) -> int | torch.SymInt:
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else torch.sym_min(a, b)
+
+
+def _clamp_low(a: int | torch.SymInt) -> int | torch.SymInt:
+    return max(a, 0) if isinstance(a, int) else torch.sym_max(a, 0)
+
+
 @register_decomposition(aten.diagonal.default)
 def diagonal(self: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> torch.Tensor:
     """The diagonal of dims (dim1, dim2) as a strided view, moved to the last dim."""
@@ -187,12 +199,15 @@ def diagonal(self: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) 
     if a == b:
         raise RuntimeError("diagonal dimensions cannot be identical")
     start = self.storage_offset()
+    # sym_min/sym_max keep the length an expression (Min(s0, s1)); Python's min/max would
+    # decide which side is smaller and guard it. An empty diagonal's offset is irrelevant,
+    # so the offset is applied unless the length is known to be 0.
     if offset >= 0:
-        length = max(min(self.shape[a], self.shape[b] - offset), 0)
-        start += offset * self.stride(b) if length else 0
+        length = _clamp_low(_smaller(self.shape[a], self.shape[b] - offset))
+        start += 0 if same(length, 0) else offset * self.stride(b)
     else:
-        length = max(min(self.shape[a] + offset, self.shape[b]), 0)
-        start -= offset * self.stride(a) if length else 0
+        length = _clamp_low(_smaller(self.shape[a] + offset, self.shape[b]))
+        start -= 0 if same(length, 0) else offset * self.stride(a)
     sizes = [s for i, s in enumerate(self.shape) if i not in (a, b)] + [length]
     strides = [s for i, s in enumerate(self.stride()) if i not in (a, b)] + [self.stride(a) + self.stride(b)]
     return aten.as_strided.default(self, sizes, strides, start)
