@@ -7,6 +7,8 @@
 #   bash tools/gpu_check.sh triton WORKLOAD [--compile] [--kernels]   # tools/profile_triton.py
 #   bash tools/gpu_check.sh e2e [WORKLOADS]   # ptc.demo, then tools/bench.py on those workloads
 #   bash tools/gpu_check.sh profile WORKLOAD [IMPLS]   # tools/profile_gpu.py's kernel tables
+#   bash tools/gpu_check.sh dynamic   # dynamic shapes: capture suite, ptc's dynamic tests on cuda,
+#                                     # tools/bench_dynamic.py --device cuda --kernels
 #   bash tools/gpu_check.sh correctness [SECONDS]   # real models x precisions, the OpInfo sweep beside
 #                                                   # torch.compile (float32, bf16) and the gpu tests, at once
 set -uo pipefail
@@ -32,6 +34,17 @@ python3 -m ptc_capture.build_ext 2>&1 | tail -1
 if [ "$what" = profile ]; then
   python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
   exit "${PIPESTATUS[0]}"
+fi
+
+if [ "$what" = dynamic ]; then
+  (cd packages/ptc-capture && timeout 240 python3 -m pytest tests -q -p no:cacheprovider -m "not slow" > "$OUT/dynamic-tests.log" 2>&1)
+  echo "ptc-capture (3.12): $(tail -1 "$OUT/dynamic-tests.log")"
+  (cd packages/ptc && timeout 300 python3 -m pytest tests/test_dynamic.py -q -p no:cacheprovider -m "gpu or not gpu" > /tmp/dyn.log 2>&1)
+  cat /tmp/dyn.log >> "$OUT/dynamic-tests.log"
+  echo "ptc dynamic tests: $(tail -1 /tmp/dyn.log)"
+  grep -E "^(FAILED|ERROR)" /tmp/dyn.log | head -20
+  python3 tools/bench_dynamic.py --device cuda --kernels --json "$OUT/bench-dynamic-cuda.json" 2>&1 | tee "$OUT/bench-dynamic-cuda.log" | tail -30
+  exit 0
 fi
 
 if [ "$what" = correctness ]; then

@@ -38,13 +38,14 @@ def test_graph_in_another_dialect_is_refused_in_one_sentence() -> None:
         ptc_inductor.compile(b.build())
 
 
-def test_symbolic_sizes_are_refused_clearly() -> None:
+def test_sizes_over_symbols_the_graph_does_not_define_are_refused_clearly() -> None:
     b = GraphBuilder("core/1")
     x = b.input("x", TensorMeta.of((3, 4)))
     b.output(b.call(aten.exp.default, x))
     gm = b.build()
-    # The reference tracer is static-only, so mark the input symbolic by hand.
+    # A symbolic size with no shape env on the graph (gm.meta["ptc_shape_env"]) says nothing
+    # about where the symbol comes from or which values it takes.
     placeholder = next(n for n in gm.graph.nodes if n.op == "placeholder")
     placeholder.meta[ptc_spec.META_KEY] = TensorMeta.of((ptc_spec.size_symbol("n"), 4))
-    with pytest.raises(ptc_inductor.LoweringError, match="symbolic size"):
+    with pytest.raises(ptc_inductor.LoweringError, match="sizes over n, which the graph's shape env"):
         ptc_inductor.compile(gm)

@@ -24,7 +24,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from ptc_spec import META_KEY, GraphBuilder, ShapeEnv, TensorMeta, shape_env_of, symbolic
+from ptc_spec import META_KEY, GraphBuilder, ShapeEnv, TensorMeta, integer_valued, shape_env_of, symbolic
 
 from .errors import UnsupportedMutationError
 from .mutations import (
@@ -175,7 +175,7 @@ def _pytype(expr: sympy.Basic) -> type[int] | type[float] | type[bool]:
     # (A sympy Symbol is also a Boolean: conditions are recognised by their own classes.)
     if isinstance(expr, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom)):
         return bool
-    return int if expr.is_integer else float
+    return int if integer_valued(expr) else float
 
 
 def functionalize(gm: torch.fx.GraphModule) -> FunctionalGraph:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ptc_capture.errors import BytecodeError, FrameHookUnavailable, PtcCaptureError
+from ptc_capture.errors import BytecodeError, FrameHookUnavailable, PtcCaptureError, ShapeConstraintError
 
 __version__ = "0.1.0"
 
@@ -25,6 +25,8 @@ _LAZY_API = (
     "is_compiling",
     "list_backends",
     "lookup_backend",
+    "mark_dynamic",
+    "mark_static",
     "optimize",
     "register_backend",
     "reset",
@@ -36,6 +38,7 @@ __all__ = [
     "BytecodeError",
     "FrameHookUnavailable",
     "PtcCaptureError",
+    "ShapeConstraintError",
     "__version__",
     *_LAZY_API,
 ]

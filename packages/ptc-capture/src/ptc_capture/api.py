@@ -16,6 +16,7 @@ from ptc_capture.backends import Backend, list_backends, lookup_backend, registe
 from ptc_capture.cache import CacheEntry, CodeCache, all_caches, cache_of
 from ptc_capture.capture import Capture, capture_frame, capture_function
 from ptc_capture.config import get_config, set_config
+from ptc_capture.dynamic import DynamicPolicy, mark_dynamic, mark_static
 from ptc_capture.explanation import ExplainOutput, explain
 from ptc_capture.interpreter.builtins import register_is_compiling
 from ptc_capture.interpreter.calls import ALLOW_IN_GRAPH, DISABLED_ATTR
@@ -31,6 +32,8 @@ __all__ = [
     "is_compiling",
     "list_backends",
     "lookup_backend",
+    "mark_dynamic",
+    "mark_static",
     "optimize",
     "register_backend",
     "reset",
@@ -47,10 +50,13 @@ _get_extra: Callable[[types.CodeType], Any] = framehook._ext.get_code_extra if f
 class FrameCallback:
     """Decides, per fresh frame, which cached code runs (capturing on a miss)."""
 
-    def __init__(self, backend: Backend, fullgraph: bool, record: Callable[[Capture], None] | None = None) -> None:
+    def __init__(
+        self, backend: Backend, fullgraph: bool, record: Callable[[Capture], None] | None = None, dynamic: bool | None = None
+    ) -> None:
         self.backend = backend
         self.fullgraph = fullgraph
         self.record = record
+        self.dynamic = dynamic
 
     def __call__(self, frame: Any) -> types.CodeType | Callable[..., Any] | None:
         # The steady-state path of every hooked frame: kept to a few attribute reads and the
@@ -79,10 +85,11 @@ class FrameCallback:
                 framehook.set_code_skip(code, True)
             return None
         if count and _recompile_log.isEnabledFor(logging.DEBUG):
-            _recompile_log.debug("recompiling %s: %s", code.co_qualname, _first_failure(cache, self, frame, closure))
+            _recompile_log.debug("recompiling %s: %s", code.co_qualname, _failures(cache, self, frame, closure))
         capture = capture_frame(
-            code, frame.f_locals, frame.f_globals, frame.f_builtins, closure, self.backend, fullgraph=self.fullgraph, config=config
-        )
+            code, frame.f_locals, frame.f_globals, frame.f_builtins, closure, self.backend, fullgraph=self.fullgraph, config=config,
+            dynamic=DynamicPolicy(self.dynamic, cache.frame_sizes),
+        )  # fmt: skip
         with cache.lock:
             pure_before = any(e.owner is self and e.capture.sees_no_tensors for e in cache.entries)
             cache.entries.append(CacheEntry(capture.check, capture.target, self, capture))
@@ -98,16 +105,14 @@ class FrameCallback:
         return capture.target
 
 
-def _first_failure(cache: CodeCache, owner: Any, frame: Any, closure: tuple[Any, ...]) -> str:
-    from ptc_capture.guards import compile_guards
+def _failures(cache: CodeCache, owner: Any, frame: Any, closure: tuple[Any, ...]) -> str:
+    from ptc_capture.guard_failures import first_failure
 
-    for entry in cache.entries:
-        if entry.owner is not owner:
-            continue
-        for guard in entry.capture.guards:
-            if not compile_guards([guard])(frame.f_locals, frame.f_globals, frame.f_builtins, closure):
-                return f"guard failed: {guard.describe()}"
-    return "no entry matched"
+    reasons = []
+    for entry in reversed(cache.entries):  # the newest entry is the likeliest to have nearly matched
+        if entry.owner is owner:
+            reasons.append(first_failure(entry.capture.guards, frame.f_locals, frame.f_globals, frame.f_builtins, closure))
+    return "; ".join(r for r in reasons if r) or "no entry matched"
 
 
 def _run_with_callback(callback: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -155,10 +160,17 @@ def _force_hook(fn: Any) -> None:
         framehook.set_code_skip(code, False)
 
 
-def optimize(backend: str | Backend = "eager", *, fullgraph: bool = False) -> Callable[[F], F]:
-    """Return a decorator that captures calls of a function or module and compiles them with ``backend``."""
+def optimize(backend: str | Backend = "eager", *, fullgraph: bool = False, dynamic: bool | None = None) -> Callable[[F], F]:
+    """Return a decorator that captures calls of a function or module and compiles them with ``backend``.
+
+    ``dynamic``: None (default) compiles static first and makes the dims that change between
+    calls symbolic on recompile; True makes every dim symbolic from the start; False keeps
+    sizes static (see ptc_capture.dynamic).
+    """
+    if dynamic not in (None, True, False):
+        raise TypeError(f"dynamic must be None, True or False, not {dynamic!r}")
     compiler = lookup_backend(backend)
-    callback = FrameCallback(compiler, fullgraph)
+    callback = FrameCallback(compiler, fullgraph, dynamic=dynamic)
 
     def decorate(fn: F) -> F:
         if isinstance(fn, torch.nn.Module):
@@ -210,10 +222,11 @@ def allow_in_graph(fn: F) -> F:
 
 
 def reset() -> None:
-    """Forget every cached capture (codes that hit the recompile limit are captured again)."""
+    """Forget every cached capture and the input sizes seen (codes that hit the recompile limit are captured again)."""
     for cache in all_caches():
         with cache.lock:
             cache.entries.clear()
+            cache.frame_sizes.clear()
             if cache.exhausted:
                 cache.exhausted = False
                 code = cache.code() if cache.code is not None else None

@@ -36,6 +36,8 @@ class CodeCache:
     exhausted: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     code: Any = None
+    frame_sizes: dict[Any, tuple[int | None, ...]] = field(default_factory=dict)
+    """The input sizes its captures saw, per source (None: a dim seen to change); see ptc_capture.dynamic."""
 
     def count(self, owner: Any) -> int:
         """How many entries ``owner`` has."""

@@ -18,14 +18,16 @@ import torch.fx
 
 from ptc_capture.config import Config, get_config
 from ptc_capture.deferred import vars_in
-from ptc_capture.errors import CaptureInternalError, GraphBreakError
-from ptc_capture.guards import Guard, Source, compile_guards
+from ptc_capture.dynamic import DynamicPolicy, check_marks
+from ptc_capture.errors import CaptureInternalError, GraphBreakError, ShapeConstraintError
+from ptc_capture.guards import Guard, ShapeGuards, Source, compile_guards
 from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
 from ptc_capture.interpreter.autocast import autocast_at_end, start_autocast
 from ptc_capture.logs import channel
 from ptc_capture.resume import NATIVE, in_try_block, make_resume_code, resume_parameters
 from ptc_capture.runner import BreakPlan, build_runner, direct_target, make_replacement
 from ptc_capture.variables import Var
+from ptc_spec import ShapeEnv
 
 __all__ = ["BreakRecord", "Capture", "capture_frame", "capture_function"]
 
@@ -69,10 +71,14 @@ class Capture:
     target: types.CodeType | Callable[..., Any] | None = None
     """What the frame hook runs in the frame's place: the runner itself when it can be called
     with the frame's arguments (one Python frame less per call), else the replacement code."""
+    shape_env: ShapeEnv | None = None
+    """The symbols of the dynamic input dims and their guards (None when every size is static)."""
 
 
-def _new_state(config: Config, f_globals: dict[str, Any], f_builtins: dict[str, Any], closure: tuple[Any, ...]) -> CaptureState:
-    state = CaptureState(config, f_globals, f_builtins, closure)
+def _new_state(
+    config: Config, f_globals: dict[str, Any], f_builtins: dict[str, Any], closure: tuple[Any, ...], dynamic: DynamicPolicy
+) -> CaptureState:
+    state = CaptureState(config, f_globals, f_builtins, closure, dynamic=dynamic)
     state.grad_enabled = state.grad_at_entry = torch.is_grad_enabled()
     state.guards.add(Guard("grad_mode", None, state.grad_enabled))
     start_autocast(state)
@@ -102,11 +108,16 @@ def capture_frame(
     *,
     fullgraph: bool = False,
     config: Config | None = None,
+    dynamic: DynamicPolicy | None = None,
 ) -> Capture:
-    """Trace one frame and return its Capture (a replacement code, or None to run it eagerly)."""
+    """Trace one frame and return its Capture (a replacement code, or None to run it eagerly).
+
+    ``dynamic`` chooses the input dims that are symbolic (default: none).
+    """
     config = config or get_config()
+    dynamic = dynamic or DynamicPolicy(False)
     cells = tuple(closure or ())
-    state = _new_state(config, f_globals, f_builtins, cells)
+    state = _new_state(config, f_globals, f_builtins, cells, dynamic)
     state.fullgraph = fullgraph
     root = _root_frame(state, code, f_locals)
     try:
@@ -127,7 +138,7 @@ def capture_frame(
             # would escape instead of being caught. Checking the resume offsets alone misses the
             # case where the try block ends at the break, as with `return` inside `try`.
             return _eager(state, code, record, "a graph break inside a try block is not supported yet")
-        retry_state = _new_state(config, f_globals, f_builtins, cells)
+        retry_state = _new_state(config, f_globals, f_builtins, cells, dynamic)
         retry = _root_frame(retry_state, code, f_locals)
         retry.stop_at = inst.offset
         try:
@@ -140,7 +151,7 @@ def capture_frame(
         except Unsupported as again:
             return _eager(retry_state, code, record, again.reason)
         return _eager(retry_state, code, record, "the second trace did not reach the break")
-    except (GraphBreakError, CaptureInternalError):
+    except (GraphBreakError, CaptureInternalError, ShapeConstraintError):
         raise
     except Exception as exc:
         inst = root.inst
@@ -176,8 +187,17 @@ def _active_child(frame: Frame) -> Frame | None:
     return getattr(frame, "_child", None)
 
 
-def _eager(state: CaptureState, code: types.CodeType, record: BreakRecord, why: str) -> Capture:
+def _guards_of(state: CaptureState) -> list[Guard]:
+    """The trace's guards, the ShapeEnv's last: they read the symbols the tensor guards bind."""
     guards = list(state.guards)
+    env = state.graph.shape_env
+    if env.symbols:
+        guards.append(Guard("shape_env", None, ShapeGuards.of(env)))
+    return guards
+
+
+def _eager(state: CaptureState, code: types.CodeType, record: BreakRecord, why: str) -> Capture:
+    guards = _guards_of(state)
     _break_log.debug("%s runs eagerly: %s", code.co_qualname, why)
     return Capture(code.co_qualname, guards, compile_guards(guards), breaks=[record], eager_reason=why)
 
@@ -248,7 +268,9 @@ def _finish(
     found: dict[Any, Var] = {}
     _tensors_in(live, found)
     outputs = list(found.values())
-    guards = list(state.guards)
+    env = state.graph.shape_env
+    check_marks(env, state.marks)
+    guards = _guards_of(state)
     check = compile_guards(guards)
     gm = None
     compiled = None
@@ -276,20 +298,30 @@ def _finish(
     runner = build_runner(
         code, state.f_globals, state.f_builtins, compiled, list(state.graph.input_sources), outputs,
         list(state.side_effects.log), result, plan,
-        state.grad_enabled if state.grad_enabled != state.grad_at_entry else None, autocast,
+        state.grad_enabled if state.grad_enabled != state.grad_at_entry else None, autocast, state.graph.size_sources(),
     )  # fmt: skip
     replacement = make_replacement(code, runner)
     target = direct_target(code, runner) or replacement
-    return Capture(code.co_qualname, guards, check, gm, compiled, replacement, runner, breaks, None, target=target)
+    shape_env = env if env.symbols else None
+    return Capture(code.co_qualname, guards, check, gm, compiled, replacement, runner, breaks, None, target=target, shape_env=shape_env)
 
 
 def capture_function(
-    fn: Callable[..., Any], *args: Any, backend: Backend | None = None, fullgraph: bool = False, **kwargs: Any
+    fn: Callable[..., Any],
+    *args: Any,
+    backend: Backend | None = None,
+    fullgraph: bool = False,
+    dynamic: bool | None = False,
+    **kwargs: Any,
 ) -> Capture:
-    """Trace ``fn(*args, **kwargs)`` directly (without the frame hook) and return its Capture."""
+    """Trace ``fn(*args, **kwargs)`` directly (without the frame hook) and return its Capture.
+
+    ``dynamic=True`` makes every input dim of size 2 or more symbolic; marked dims
+    (``mark_dynamic``) are symbolic in any case.
+    """
     if isinstance(fn, torch.nn.Module):
         forward = type(fn).forward
-        return capture_function(forward, fn, *args, backend=backend, fullgraph=fullgraph, **kwargs)
+        return capture_function(forward, fn, *args, backend=backend, fullgraph=fullgraph, dynamic=dynamic, **kwargs)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"capture_function needs a Python function, got {type(fn).__name__}")
     bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -303,5 +335,6 @@ def capture_function(
         return gm.forward
 
     return capture_frame(
-        fn.__code__, f_locals, fn.__globals__, builtins_dict, fn.__closure__, backend or eager_backend, fullgraph=fullgraph
-    )
+        fn.__code__, f_locals, fn.__globals__, builtins_dict, fn.__closure__, backend or eager_backend, fullgraph=fullgraph,
+        dynamic=DynamicPolicy(bool(dynamic)),
+    )  # fmt: skip

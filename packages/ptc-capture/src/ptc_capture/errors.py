@@ -9,6 +9,7 @@ __all__ = [
     "FrameHookUnavailable",
     "GraphBreakError",
     "PtcCaptureError",
+    "ShapeConstraintError",
 ]
 
 
@@ -34,3 +35,7 @@ class CaptureInternalError(PtcCaptureError):
 
 class BackendError(PtcCaptureError):
     """A backend name could not be resolved, or the backend failed to compile a graph."""
+
+
+class ShapeConstraintError(PtcCaptureError):
+    """A dim marked dynamic (mark_dynamic) could not stay dynamic: it is 0/1, out of its range, or the trace fixed it."""

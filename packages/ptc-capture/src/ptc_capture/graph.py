@@ -4,10 +4,17 @@ Every node gets its metadata by running the op on meta tensors: ``node.meta[META
 TensorMeta (or a tuple of them for multi-output ops). Inside an autocast region the dtypes come
 from running the op once more on ptc-spec traced tensors, which keep their real device and so
 go through autocast as eager's tensors do (meta tensors never do).
+
+Inputs with dynamic dims have meta tensors with SymInt sizes over the graph's ShapeEnv, so ops
+run on symbolic meta tensors (inside ptc-spec's ``symbolic_dispatch``) and their TensorMeta is
+symbolic; sizes passed to ops become graph values (``symbolic_sizes.SizeNodes``). An op whose
+meta kernel cannot take symbolic sizes but runs at the example sizes is specialized: each symbol
+of its arguments is guarded to its example value, as torch.compile does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,13 +22,59 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptc_capture.autocast_state import AutocastState, applied
 from ptc_capture.guards import Source
-from ptc_capture.variables import Var, const
-from ptc_spec import META_KEY, TensorMeta, Tracer, set_dialect
+from ptc_capture.logs import channel
+from ptc_capture.symbolic_sizes import SizeNodes, free_symbols, hinted, mentions_symbols, symbolic_index
+from ptc_capture.variables import Var, size_var
+from ptc_spec import (
+    META_KEY,
+    ShapeEnv,
+    TensorMeta,
+    Tracer,
+    dynamic_meta,
+    on_meta_device,
+    record_shape_env,
+    set_dialect,
+    symbolic_dispatch,
+)
+
+_dynamic_log = channel("dynamic")
 
 __all__ = ["GraphState", "MetaFailure"]
+
+
+class _SymbolicFactoriesOnMeta(TorchDispatchMode):
+    """Factories of symbolic size made inside an op's meta run create meta tensors.
+
+    torch's Python meta kernels built from references (``nll_loss``'s makes
+    ``torch.arange(batch_size)``) create helper tensors on the CPU, where their size would
+    have to be concrete: that would specialize a dynamic dim for nothing. Composite ops are
+    decomposed with this mode still active, so the factories inside them come here too.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        flat = pytree.tree_leaves((args, kwargs))
+        if not any(isinstance(a, torch.Tensor) for a in flat):
+            if any(isinstance(a, (torch.SymInt, torch.SymFloat)) for a in flat) and any(a.name == "device" for a in func._schema.arguments):
+                args, kwargs = on_meta_device(func, tuple(args), dict(kwargs))
+            return func(*args, **kwargs)
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), torch._C.DispatchKey.CompositeImplicitAutograd):
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        return func(*args, **kwargs)
+
+
+_NO_MODE = contextlib.nullcontext()
 
 
 class MetaFailure(Exception):
@@ -49,18 +102,39 @@ class GraphState:
     op_count: int = 0
     autocast: AutocastState | None = None
     """The autocast state of the ops recorded next, when some device type casts (else None)."""
+    shape_env: ShapeEnv = field(default_factory=ShapeEnv)
+    """The symbols of the dynamic input dims and the guards the trace decided on them."""
+    sizes: SizeNodes = field(init=False)
 
-    def placeholder(self, tensor: torch.Tensor, source: Source) -> Var:
-        """Add a graph input read from ``source`` and return its Var."""
+    def __post_init__(self) -> None:
+        self.sizes = SizeNodes(self.graph, self.shape_env)
+
+    def placeholder(self, tensor: torch.Tensor, source: Source, dims: tuple[int, ...] = ()) -> Var:
+        """Add a graph input read from ``source`` and return its Var; ``dims`` become symbolic.
+
+        Raises ValueError when ``dims`` are asked of a layout that is not dense (its strides
+        would not follow the sizes).
+        """
+        meta = TensorMeta.from_tensor(tensor)
+        if dims:
+            meta = dynamic_meta(meta, dims, self.shape_env)
         name = _placeholder_name(source, len(self.input_sources))
         node = self.graph.placeholder(name)
-        meta = TensorMeta.from_tensor(tensor)
         node.meta[META_KEY] = meta
-        example = meta.to_meta_tensor()
+        example = meta.to_meta_tensor(env=self.shape_env)
+        self.sizes.add_input(node, meta)
         var = Var("tensor", type(tensor), node=node, meta=meta, example=example, source=source)
         self.input_sources.append(source)
         self.input_vars.append(var)
         return var
+
+    def size_sources(self) -> dict[str, tuple[Source, int | None]]:
+        """Each size symbol -> the input (its source) and dim it is read from at run time (None: an int argument)."""
+        by_node = {id(v.node): s for v, s in zip(self.input_vars, self.input_sources)}
+        found: dict[str, tuple[Source, int | None]] = {sym.name: (src, None) for sym, src in self.sizes.int_sources.items()}
+        for sym, (node, dim) in self.sizes.sources.items():
+            found.setdefault(sym.name, (by_node[id(node)], dim))
+        return found
 
     def call(
         self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, mutates: bool = False,
@@ -71,8 +145,8 @@ class GraphState:
         Calls without a tensor result are folded to constants unless ``mutates`` says the call
         changes a tensor in place (``x[i] = v``), which must stay in the graph.
         """
-        fx_args, meta_args, device = _lower(args)
-        fx_kwargs, meta_kwargs, kdevice = _lower(kwargs)
+        fx_args, meta_args, device = _lower(args, self.sizes)
+        fx_kwargs, meta_kwargs, kdevice = _lower(kwargs, self.sizes)
         device = _device_hint(meta_args, meta_kwargs, device or kdevice or torch.device("cpu"))
         if factory:
             meta_kwargs = {**meta_kwargs, "device": "meta"}
@@ -82,17 +156,11 @@ class GraphState:
             target_meta, meta_args, meta_kwargs = _meta_move(target, meta_args, meta_kwargs)
         else:
             target_meta = target
-        fn: Callable[..., Any] = getattr(meta_args[0], target_meta) if op == "call_method" else target
-        call_args = meta_args[1:] if op == "call_method" else meta_args
-        try:
-            with torch.set_grad_enabled(grad):
-                result = fn(*call_args, **meta_kwargs)
-        except Exception as exc:
-            raise MetaFailure(f"{_label(op, target)} failed on meta tensors: {exc}") from exc
+        result = self._run_meta(op, target, target_meta, meta_args, meta_kwargs, grad)
         if factory and not isinstance(result, torch.Tensor):
             raise MetaFailure(f"{_label(op, target)} is not a tensor factory")
         if self.autocast is not None and not factory and not (op == "call_method" and target in _DEVICE_MOVES):
-            with torch.set_grad_enabled(grad):
+            with torch.set_grad_enabled(grad), symbolic_dispatch(self.shape_env):
                 result = _recast(result, self._autocast_result(op, target, args, kwargs))
         if not _has_tensor(result):
             if mutates:
@@ -103,10 +171,40 @@ class GraphState:
         self.op_count += 1
         return self._wrap_result(node, result, device)
 
+    def _run_meta(self, op: str, target: Any, target_meta: Any, meta_args: Any, meta_kwargs: dict[str, Any], grad: bool) -> Any:
+        """Run the op on meta tensors (symbolic ones under ptc-spec's symbolic_dispatch)."""
+        env = self.shape_env
+
+        def run(call_args: Any, call_kwargs: dict[str, Any]) -> Any:
+            fn: Callable[..., Any] = getattr(call_args[0], target_meta) if op == "call_method" else target
+            with torch.set_grad_enabled(grad), symbolic_dispatch(env), _SymbolicFactoriesOnMeta() if env.symbols else _NO_MODE:
+                if target in _INDEXING:
+                    found = _symbolic_indexing(target, call_args)
+                    if found is not _NOT_HANDLED:
+                        return found
+                return fn(*(call_args[1:] if op == "call_method" else call_args), **call_kwargs)
+
+        try:
+            return run(meta_args, meta_kwargs)
+        except Exception as exc:
+            failure = MetaFailure(f"{_label(op, target)} failed on meta tensors: {exc}")
+            if not mentions_symbols((meta_args, meta_kwargs)):
+                raise failure from exc
+            try:
+                result = run(hinted(meta_args, env), hinted(meta_kwargs, env))
+            except Exception:
+                raise failure from exc
+        # The kernel runs at the example sizes but not over symbols: specialize them (guarded).
+        symbols = sorted(free_symbols((meta_args, meta_kwargs)), key=str)
+        for sym in symbols:
+            env.guard_int(sym)
+        _dynamic_log.debug("%s cannot take symbolic sizes; specialized %s", _label(op, target), ", ".join(map(str, symbols)))
+        return result
+
     def _autocast_result(self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run the op on traced tensors under the traced autocast state (its outputs carry autocast's dtypes)."""
         assert self.autocast is not None
-        tracer = Tracer()
+        tracer = Tracer(shape_env=self.shape_env)
         traced: dict[int, torch.Tensor] = {}
 
         # Inputs that do not require grad are never put in autocast's weight-cast cache, so
@@ -145,7 +243,7 @@ class GraphState:
                     items.append(Var("tensor", node=sub, meta=meta, example=item))
                 else:
                     metas.append(None)
-                    items.append(const(item))
+                    items.append(size_var(item))
             node.meta[META_KEY] = tuple(metas)
             ty = type(result) if type(result) is not list else tuple
             return Var("tuple", ty, items=tuple(items))
@@ -159,7 +257,30 @@ class GraphState:
         """Return the finished GraphModule in the torch dialect."""
         gm = torch.fx.GraphModule(root if root is not None else torch.nn.Module(), self.graph)
         set_dialect(gm, "torch")
+        if self.shape_env.symbols:
+            record_shape_env(gm, self.shape_env)
         return gm
+
+
+_INDEXING = (operator.getitem, operator.setitem)
+_NOT_HANDLED = object()
+
+
+def _symbolic_indexing(target: Any, args: Any) -> Any:
+    """``x[i]`` / ``x[i] = v`` on meta tensors with symbolic int indices, kept symbolic (else _NOT_HANDLED)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return _NOT_HANDLED
+    view = symbolic_index(args[0], args[1])
+    if view is None:
+        return _NOT_HANDLED
+    if target is operator.getitem:
+        return view
+    value = args[2]
+    if isinstance(value, torch.Tensor):
+        view.copy_(value)
+    else:
+        view.fill_(value)
+    return None
 
 
 def _placeholder_name(source: Source, index: int) -> str:
@@ -229,14 +350,15 @@ def _has_tensor(value: Any) -> bool:
 
 
 def _constant_result(result: Any) -> Var:
+    # Sizes of symbolic meta tensors (x.size(), x.numel()) are SymInts: sym Vars, not constants.
     if isinstance(result, torch.Size):
-        return Var("tuple", torch.Size, items=tuple(const(int(s)) for s in result))
+        return Var("tuple", torch.Size, items=tuple(size_var(s) for s in result))
     if isinstance(result, (tuple, list)) and type(result) in (tuple, list):
         return Var("tuple", tuple, items=tuple(_constant_result(r) for r in result))
-    return const(result)
+    return size_var(result)
 
 
-def _lower(value: Any) -> tuple[Any, Any, torch.device | None]:
+def _lower(value: Any, sizes: SizeNodes) -> tuple[Any, Any, torch.device | None]:
     """Map a structure of Vars to (fx argument, meta-tensor argument, first tensor device)."""
     found: list[torch.device] = []
 
@@ -244,6 +366,10 @@ def _lower(value: Any) -> tuple[Any, Any, torch.device | None]:
         if isinstance(v, Var):
             if v.kind == "tensor":
                 return v.node
+            if v.kind == "sym":
+                return sizes.value(v.value)
+            if v.kind == "slice":
+                return slice(*(fx(i) for i in v.items))
             if v.kind == "tuple":
                 return tuple(fx(i) for i in v.items)
             if v.kind == "list":
@@ -278,6 +404,8 @@ def _map_vars(v: Any, tensor: Callable[[Var], Any]) -> Any:
             return tuple(_map_vars(i, tensor) for i in v.items)
         if v.kind == "list":
             return [_map_vars(i, tensor) for i in v.box.items]
+        if v.kind == "slice":
+            return slice(*(_map_vars(i, tensor) for i in v.items))
         return v.value
     if isinstance(v, tuple):
         return tuple(_map_vars(i, tensor) for i in v)

@@ -14,11 +14,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 
 from ptc_capture.logs import channel
+from ptc_capture.symbolic_sizes import size_source, symbol_name
+from ptc_spec import ShapeEnv, term_source, to_term
 
-__all__ = ["Guard", "GuardSet", "Source", "compile_guards", "key_types", "source_expr"]
+__all__ = ["Guard", "GuardSet", "ShapeGuards", "Source", "compile_guards", "describe_condition", "key_types", "source_expr"]
 
 _log = channel("guards")
 
@@ -139,11 +142,15 @@ class Guard:
 
     def describe(self) -> str:
         """A one-line human description."""
+        if self.kind == "shape_env":
+            return f"SHAPE_ENV: {self.expected}"
         where = source_expr(self.source) if self.source is not None else "<global state>"
         return f"{self.kind.upper()}: {where} {_describe_expected(self)}"
 
 
 def _describe_expected(guard: Guard) -> str:
+    if guard.kind == "int_symbol":
+        return f"is an int, read as size {guard.expected}"
     if guard.kind == "tensor":
         ty, dtype, device, shape, stride, rg = guard.expected
         return f"{ty.__name__} {dtype} {device} size={list(shape)} stride={list(stride)} requires_grad={rg}"
@@ -155,8 +162,9 @@ def _describe_expected(guard: Guard) -> str:
 
 
 # Each emitter appends Python lines checking ``v`` (the source's value); ``k`` registers a
-# constant the generated code refers to and returns its name.
-_Emit = Callable[[Guard, Callable[[Any], str]], list[str]]
+# constant the generated code refers to and returns its name; ``bound`` holds the size symbols
+# already read into locals (``_sym_s0``) by earlier guards of the same function.
+_Emit = Callable[[Guard, Callable[[Any], str], set[str]], list[str]]
 _EMITTERS: dict[str, _Emit] = {}
 
 
@@ -169,7 +177,7 @@ def _emitter(kind: str) -> Callable[[_Emit], _Emit]:
 
 
 @_emitter("tensor")
-def _emit_tensor(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     ty, dtype, device, shape, stride, rg = g.expected
     # is_cpu and get_device() answer without building a torch.device object; get_device() is
     # the CUDA index (-1 for CPU and meta), so it pins a CUDA tensor's device exactly.
@@ -179,14 +187,75 @@ def _emit_tensor(g: Guard, k: Callable[[Any], str]) -> list[str]:
         device_check = f"v.get_device() != {device.index}"
     else:
         device_check = f"v.device != {k(device)}"
-    return [
-        f"if type(v) is not {k(ty)} or v.dtype is not {k(dtype)} or v.requires_grad is not {rg}: return False",
-        f"if {device_check} or v.size() != {k(tuple(shape))} or v.stride() != {k(tuple(stride))}: return False",
-    ]
+    head = f"if type(v) is not {k(ty)} or v.dtype is not {k(dtype)} or v.requires_grad is not {rg}: return False"
+    if all(type(s) is int for s in (*shape, *stride)):
+        return [head, f"if {device_check} or v.size() != {k(tuple(shape))} or v.stride() != {k(tuple(stride))}: return False"]
+    # Dynamic dims: each symbol is read from the dim it stands for (the first time it is met);
+    # static dims are compared one by one; strides are the layout's expressions over the symbols.
+    # A tensor of another rank fails the unpacking, which the function reports as a miss.
+    names = symbol_names((*shape, *stride))
+    targets: list[str] = []
+    checks = [device_check]
+    for dim, size in enumerate(shape):
+        if isinstance(size, sympy.Symbol) and size.name not in bound:
+            bound.add(size.name)
+            targets.append(symbol_name(size.name))
+        else:
+            targets.append(f"_d{dim}")
+            checks.append(f"_d{dim} != {size_source(size, int, names)}")
+    strides = "".join(size_source(s, int, names) + ", " for s in stride)
+    checks.append(f"v.stride() != ({strides})")
+    return [head, f"{''.join(t + ', ' for t in targets)}= v.size()", f"if {' or '.join(checks)}: return False"]
+
+
+def symbol_names(exprs: Iterable[Any]) -> dict[str, str]:
+    """Each size symbol in ``exprs`` -> the local of generated code that holds its value."""
+    found: dict[str, str] = {}
+    for e in exprs:
+        if isinstance(e, sympy.Basic):
+            for sym in e.free_symbols:
+                found[sym.name] = symbol_name(sym.name)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeGuards:
+    """The ShapeEnv's guards of one capture: conditions on the size symbols that the trace relied on."""
+
+    exprs: tuple[sympy.Basic, ...]
+    source: str
+    """The guards as one Python expression over the locals ``_sym_<name>`` the tensor guards bind."""
+
+    @classmethod
+    def of(cls, env: ShapeEnv) -> ShapeGuards:
+        """A snapshot of ``env``'s guards."""
+        return cls(env.guards, env.guards_source(symbol_names(env.guards)))
+
+    def __str__(self) -> str:
+        return " and ".join(describe_condition(e) for e in self.exprs)
+
+
+def describe_condition(expr: sympy.Basic) -> str:
+    """A size condition as a person writes it (``s0 <= 512``, ``s0 == s1``)."""
+    return term_source(to_term(expr, bool)).removeprefix("(").removesuffix(")")
+
+
+@_emitter("int_symbol")
+def _emit_int_symbol(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
+    # An int argument that is a size symbol: any int, read into the symbol's local; the
+    # ShapeEnv's guards then say which values the entry admits.
+    bound.add(g.expected)
+    return ["if type(v) is not int: return False", f"{symbol_name(g.expected)} = v"]
+
+
+@_emitter("shape_env")
+def _emit_shape_env(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
+    shape: ShapeGuards = g.expected
+    return [f"if not ({shape.source}): return False"]
 
 
 @_emitter("const")
-def _emit_const(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_const(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     value = g.expected
     if isinstance(value, float) and math.isnan(value):
         return ["if type(v) is not float or v == v: return False"]
@@ -196,23 +265,23 @@ def _emit_const(g: Guard, k: Callable[[Any], str]) -> list[str]:
 
 
 @_emitter("id")
-def _emit_id(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_id(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if v is not {k(g.expected)}: return False"]
 
 
 @_emitter("type")
-def _emit_type(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_type(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if type(v) is not {k(g.expected)}: return False"]
 
 
 @_emitter("len")
-def _emit_len(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_len(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     ty, n = g.expected
     return [f"if type(v) is not {k(ty)} or len(v) != {n}: return False"]
 
 
 @_emitter("keys")
-def _emit_keys(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_keys(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     ty, keys = g.expected
     if ty is dict or ty is collections.OrderedDict:
         listed = "list(v)"
@@ -240,22 +309,22 @@ def _key_type(key: Any) -> Any:
 
 
 @_emitter("training")
-def _emit_training(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_training(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if v.training is not {bool(g.expected)}: return False"]
 
 
 @_emitter("absent")
-def _emit_absent(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_absent(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if {g.expected!r} in G: return False"]
 
 
 @_emitter("grad_mode")
-def _emit_grad_mode(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_grad_mode(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if {k(torch.is_grad_enabled)}() is not {bool(g.expected)}: return False"]
 
 
 @_emitter("autocast")
-def _emit_autocast(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_autocast(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     from ptc_capture.autocast_state import guard_holds
 
     expected = g.expected
@@ -266,7 +335,7 @@ def _emit_autocast(g: Guard, k: Callable[[Any], str]) -> list[str]:
 
 
 @_emitter("autocast_nesting")
-def _emit_autocast_nesting(g: Guard, k: Callable[[Any], str]) -> list[str]:
+def _emit_autocast_nesting(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     from ptc_capture.autocast_state import nesting_is
 
     count, expected = g.expected
@@ -336,11 +405,12 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
 
     lines = ["def check(L, G, B, C):", "  try:"]
     hoisted: dict[Any, str] = {}
+    bound: set[str] = set()
     for guard in guards:
         if guard.source is not None:
             lines += _hoist(guard.source, hoisted)
             lines.append(f"    v = {source_expr(guard.source, hoisted)}")
-        for line in _EMITTERS[guard.kind](guard, k):
+        for line in _EMITTERS[guard.kind](guard, k, bound):
             lines.append("    " + line)
     # A source that no longer resolves (missing key or attribute) is a guard miss, not an error.
     lines += ["  except Exception:", "    return False", "  return True"]

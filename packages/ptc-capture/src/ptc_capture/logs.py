@@ -9,7 +9,7 @@ from ptc_capture.config import get_config
 
 __all__ = ["CHANNELS", "channel", "set_logs"]
 
-CHANNELS = ("graph_breaks", "recompiles", "guards", "graph_code", "bytecode")
+CHANNELS = ("graph_breaks", "recompiles", "dynamic", "guards", "graph_code", "bytecode")
 """Every channel; the logger of channel ``c`` is ``ptc.capture.<c>``."""
 
 _handler: logging.Handler | None = None

@@ -15,6 +15,7 @@ import logging
 import opcode
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -85,10 +86,31 @@ def resume_parameters(code: types.CodeType) -> tuple[str, ...]:
     return code.co_varnames + tuple(c for c in code.co_cellvars if c not in code.co_varnames)
 
 
+# Resume codes already made, per original code object: a recompile of the frame (a size that
+# changed, say) reuses its resume function, so the resume function's own cache entries and
+# size memory (ptc_capture.dynamic) carry over instead of starting again with a new code.
+_MADE: weakref.WeakKeyDictionary[types.CodeType, dict[tuple[Any, ...], types.CodeType]] = weakref.WeakKeyDictionary()
+
+
 def make_resume_code(
     code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...], unbound: frozenset[str]
 ) -> types.CodeType:
     """Return a code object running ``code`` from byte ``offset`` (see the module docstring).
+
+    The same arguments give the same code object.
+    """
+    made = _MADE.setdefault(code, {})
+    key = (offset, stack_nulls, unbound)
+    found = made.get(key)
+    if found is None:
+        found = made[key] = _make_resume_code(code, offset, stack_nulls, unbound)
+    return found
+
+
+def _make_resume_code(
+    code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...], unbound: frozenset[str]
+) -> types.CodeType:
+    """Return a new code object running ``code`` from byte ``offset``.
 
     Its parameters are ``resume_parameters(code)`` (cell variables receive their contents and
     are turned into fresh cells) followed by one per non-NULL stack entry.

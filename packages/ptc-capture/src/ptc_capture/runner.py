@@ -30,6 +30,7 @@ from ptc_capture.interpreter.state import Unsupported
 from ptc_capture.logs import channel
 from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
 from ptc_capture.side_effects import Effect
+from ptc_capture.symbolic_sizes import pytype_of, size_source, symbol_name
 from ptc_capture.variables import Var
 
 __all__ = ["BreakPlan", "RunnerSource", "build_runner", "direct_target", "make_replacement"]
@@ -62,6 +63,10 @@ class RunnerSource:
     frame_globals: Any = None
     uses_globals: bool = False
     """Whether the runner needs the frame's globals ``G`` beyond ``G[...]`` reads (a function made in the trace)."""
+    size_sources: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
+    """Size symbol -> (input source, dim) it is read from (dim None: an int argument)."""
+    size_lines: list[str] = field(default_factory=list)
+    """Lines reading the symbols the runner needs from the inputs, run before the graph."""
 
     def k(self, value: Any) -> str:
         """The name under which the runner sees ``value``."""
@@ -120,11 +125,30 @@ class RunnerSource:
             return self._function(var)
         if kind == "deferred":
             return self._deferred(var)
+        if kind == "sym":
+            return self._size(var.value)
+        if kind == "slice":
+            return "slice(" + ", ".join(self.expr(v) for v in var.items) + ")"
         if kind == "ctx_exit" and isinstance(var.value, AutocastExit):
             return self.k(var.value)
         if kind == "ctx_exit":
             return f"{self.k(GradModeExit)}({bool(var.value)})"
         raise Unsupported(f"a {kind} value cannot be rebuilt after the graph")
+
+    def _size(self, value: Any) -> str:
+        # A size computed from dynamic input sizes: recomputed from the inputs' actual sizes.
+        node = value.node
+        expr = node.env.simplify(node.expr)
+        names: dict[str, str] = {}
+        for sym in sorted(expr.free_symbols, key=str):
+            if sym.name not in self.size_sources:
+                raise Unsupported(f"size {sym} is not a dim of any graph input, so it cannot be rebuilt after the graph")
+            names[sym.name] = symbol_name(sym.name)
+            if not any(line.startswith(f"    {names[sym.name]} = ") for line in self.size_lines):
+                source, dim = self.size_sources[sym.name]
+                read = source_expr(source, self.params) + ("" if dim is None else f".size({dim})")
+                self.size_lines.append(f"    {names[sym.name]} = {read}")
+        return f"({size_source(expr, pytype_of(value), names)})"
 
     def _deferred(self, var: Var) -> str:
         # Made once, where first needed: every use (returned twice, stored and returned) is
@@ -273,16 +297,18 @@ def build_runner(
     plan: BreakPlan | None,
     grad_mode: bool | None = None,
     autocast: AutocastSwitch | None = None,
+    size_sources: dict[str, tuple[Any, int | None]] | None = None,
 ) -> Callable[..., Any]:
     """Return the runner function of one cache entry (its parameters are the frame's argument slots).
 
     ``grad_mode`` (when not None) is the grad mode to leave in place after the graph;
-    ``autocast`` (when not None) says how the graph switches autocast.
+    ``autocast`` (when not None) says how the graph switches autocast; ``size_sources`` says
+    where each size symbol is read from, for sizes that leave the graph.
     """
     slots = _slot_names(code)
     params = {name: f"_a{i}" for i, name in enumerate(slots)}
     out_index = {var.node: i for i, var in enumerate(outputs)}
-    src = RunnerSource(params, out_index, frame_globals=f_globals)
+    src = RunnerSource(params, out_index, frame_globals=f_globals, size_sources=dict(size_sources or {}))
     # The frame's globals arrive per call rather than being held by the runner: a cache entry
     # lives on its code object, and a strong reference to the globals would keep that code
     # (a function in those globals) alive through the code's extra slot, which GC cannot see.
@@ -314,6 +340,8 @@ def build_runner(
         src.lines.append(f"    return {src.expr(result)}")
     else:
         _break_ending(src, code, plan)
+    # Sizes are read before the graph runs: an in-place op of the graph may change an input's shape.
+    src.lines[1:1] = src.size_lines
     needs_globals = plan is not None or src.uses_globals or any("G[" in line for line in src.lines)
     header = ", ".join((["G"] if needs_globals else []) + list(params.values()) + (["C"] if code.co_freevars else []))
     src.lines[0] = f"def runner({header}):"

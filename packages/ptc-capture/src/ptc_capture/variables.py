@@ -9,7 +9,9 @@ method: ``items[0]`` is self), ``tensor_method`` (``value`` is the method name),
 (a context manager: ``value`` is the grad mode it sets, or an AutocastRegion), ``ctx_exit``
 (its ``__exit__``: the grad mode to restore, or an AutocastExit), ``userobj`` (an instance of a Python class created while
 tracing: ``value`` is its class, its attributes and, for dict subclasses, its contents are in
-an ObjBox; see interpreter/objects.py).
+an ObjBox; see interpreter/objects.py), ``sym`` (a size computed from dynamic input sizes:
+``value`` is a torch.SymInt, SymFloat or SymBool; see symbolic_sizes.py), ``slice`` (a slice
+with a symbolic bound: ``items`` are start, stop and step).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from ptc_capture.autocast_state import AutocastExit, AutocastRegion
 from ptc_capture.guards import Guard, Source
+from ptc_capture.symbolic_sizes import SYM_TYPES, constant_of
 from ptc_spec import TensorMeta
 
 if TYPE_CHECKING:
@@ -32,7 +35,8 @@ if TYPE_CHECKING:
     from ptc_capture.interpreter.state import CaptureState
 
 __all__ = [
-    "CellBox", "DictBox", "IterBox", "ListBox", "ObjBox", "Var", "const", "constant_key", "python_value", "value_source", "wrap",
+    "CellBox", "DictBox", "IterBox", "ListBox", "ObjBox", "Var", "const", "constant_key", "python_value", "size_var",
+    "value_source", "wrap",
 ]  # fmt: skip
 
 
@@ -94,6 +98,8 @@ class Var:
             return f"Var(tensor {self.node.name} {list(self.meta.shape)} {self.meta.dtype})"
         if self.kind == "const":
             return f"Var(const {self.value!r})"
+        if self.kind == "sym":
+            return f"Var(sym {self.value})"
         return f"Var({self.kind} {type(self.value).__name__})"
 
 
@@ -105,6 +111,14 @@ def const(value: Any, source: Source | None = None) -> Var:
     return Var("const", value, source=source)
 
 
+def size_var(value: Any) -> Var:
+    """The Var of a size: ``sym`` for a SymInt/SymFloat/SymBool that is not a constant, else a const."""
+    value = constant_of(value)
+    if isinstance(value, SYM_TYPES):
+        return Var("sym", value)
+    return const(value)
+
+
 _CONST_TYPES = (type(None), bool, int, float, str, bytes, complex, torch.dtype, torch.device, torch.layout,
                 torch.memory_format, range, slice, type(Ellipsis), type(NotImplemented))
 
@@ -112,8 +126,12 @@ _CONST_TYPES = (type(None), bool, int, float, str, bytes, complex, torch.dtype, 
 def python_value(var: Var) -> Any:
     """Return the real Python value of a Var that has one; raise TypeError for tensors and boxes we cannot rebuild."""
     kind = var.kind
-    if kind in ("const", "function", "callable", "module", "object"):
+    if kind in ("const", "function", "callable", "module", "object", "sym"):
+        # A sym's value is its SymInt: Python code given it computes symbolically, and what
+        # needs a real number asks the ShapeEnv (a guard).
         return var.value
+    if kind == "slice":
+        return slice(*(python_value(v) for v in var.items))
     if kind == "tuple":
         values = tuple(python_value(v) for v in var.items)
         if not isinstance(var.value, type) or var.value is tuple:
@@ -206,6 +224,10 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
     ty = type(value)
     if isinstance(value, torch.Tensor):
         return state.graph_input(value, source)
+    if ty is int and source is not None:
+        size = state.int_input(value, source)
+        if size is not None:
+            return size
     if ty in _CONST_TYPES:
         if source is not None:
             guards.add(Guard("const", source, value))

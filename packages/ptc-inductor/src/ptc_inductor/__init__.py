@@ -5,6 +5,7 @@ from .compiler import CompiledGraph, compile
 from .config import Config, config_from_env
 from .coverage import coverage
 from .errors import BuildError, CodegenError, LoweringError, PtcInductorError, UnsupportedOpError
+from .size_sources import SymbolSource
 
 __all__ = [
     "BuildError",
@@ -13,6 +14,7 @@ __all__ = [
     "Config",
     "LoweringError",
     "PtcInductorError",
+    "SymbolSource",
     "UnsupportedOpError",
     "build_stats",
     "compile",

@@ -10,6 +10,7 @@ import sympy
 
 from .indexing import Expr, indirect_symbol, rvar, xvar
 from .ir import ComputedNode
+from .sizes import Size
 from .virtualized import set_ops_handler
 
 
@@ -41,7 +42,7 @@ class _Recorder:
     def store(self, name: str, index: Expr, value: Any) -> None:
         self.stores.append((name, index))
 
-    def indirect_indexing(self, value: Any, size: int) -> sympy.Symbol:
+    def indirect_indexing(self, value: Any, size: Size) -> sympy.Symbol:
         self.indirect += 1
         return indirect_symbol(f"ind{self.indirect}")
 
@@ -74,9 +75,9 @@ def analyze(node: ComputedNode) -> Access:
     return Access(tuple(rec.loads), tuple(rec.stores), rec.count)
 
 
-def range_map(node: ComputedNode) -> dict[sympy.Symbol, int]:
+def range_map(node: ComputedNode) -> dict[sympy.Symbol, Size]:
     """Symbol -> extent of each loop variable of ``node``."""
-    out: dict[sympy.Symbol, int] = {}
+    out: dict[sympy.Symbol, Size] = {}
     for i, s in enumerate(node.ranges):
         out[xvar(i)] = s
     for i, s in enumerate(node.reduction_ranges):

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch.fx
 
-from . import debug
+from . import debug, sizes
 from .codegen.backend import Backend, auto_backend, uses_triton
 from .codegen.wrapper import generate_wrapper
 from .config import Config, config_from_env
@@ -19,6 +19,7 @@ from .lowering import lower_graph
 from .lowering.graph import LoweredGraph
 from .memory import MemoryPlan, plan_memory
 from .scheduler import Kernel, Schedule, schedule
+from .size_sources import SymbolSource
 
 log = logging.getLogger("ptc.inductor.compile")
 
@@ -37,10 +38,17 @@ class CompiledGraph:
     library_path: str | None
     fallbacks: tuple[str, ...] = ()
     """Ops run as their eager ATen kernel (fallback nodes), by qualified name, in graph order."""
+    symbols: tuple[SymbolSource, ...] = ()
+    """The size symbols the graph needs, each with the input dim (or stride, or SymInt input)
+    each call reads it from; empty for static sizes. Guards are not checked here."""
 
     def __call__(self, *args: Any) -> Any:
         """Run the compiled graph on ``args`` (the graph's placeholders, in order)."""
         return self.call(*args)
+
+    def symbol_values(self, *args: Any) -> dict[str, int]:
+        """The value each size symbol takes for the inputs ``args`` (what a call reads from them)."""
+        return {s.name: s.read(args) for s in self.symbols}
 
     @property
     def kernel_count(self) -> int:
@@ -68,6 +76,12 @@ def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir
 
 def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_backend) -> CompiledGraph:
     """Schedule, plan, generate, build and wrap an already lowered graph."""
+    # Every stage decides on sizes through the graph's SizeEnv (hints, provable facts).
+    with sizes.use(lowered.sizes):
+        return _compile_lowered(lowered, cfg, backend)
+
+
+def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> CompiledGraph:
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)  # 2. schedule and fuse into kernels
     cpp_kernels = {k.name for k in sched.kernels if not uses_triton(k, cfg)}
     plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
@@ -85,7 +99,7 @@ def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_
     if cfg.debug_dir:
         _write_debug(cfg.debug_dir, lowered, sched, plan, source, wrapper.source)
     log.debug("compiled %d nodes into %d kernels", len(lowered.nodes), len(built.calls))
-    return CompiledGraph(namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks)
+    return CompiledGraph(namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks, wrapper.symbols)
 
 
 def compile_source(text: str) -> Any:

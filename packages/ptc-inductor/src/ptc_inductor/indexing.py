@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 import sympy
+
+from .sizes import Size, SizeEnv, current, integral, known_le, known_lt, normalize
 
 Expr: TypeAlias = sympy.Expr
 
@@ -29,41 +30,43 @@ def indirect_symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
-def floordiv(a: Expr, b: int) -> Expr:
-    """Floor division of a non-negative index by a positive constant."""
+def floordiv(a: Expr, b: Size) -> Expr:
+    """Floor division of a non-negative index by a positive size."""
     if b == 1:
         return a
     return sympy.floor(a / b)
 
 
-def mod(a: Expr, b: int) -> Expr:
-    """Modulus of a non-negative index by a positive constant."""
+def mod(a: Expr, b: Size) -> Expr:
+    """Modulus of a non-negative index by a positive size."""
     if b == 1:
         return sympy.Integer(0)
     return sympy.Mod(a, b)
 
 
-def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides of ``sizes``."""
-    strides = [1] * len(sizes)
-    running = 1
+def contiguous_strides(sizes: Sequence[Size]) -> tuple[Size, ...]:
+    """Row-major strides of ``sizes`` (a size-0 dim counts as 1, as in eager)."""
+    strides: list[Size] = [1] * len(sizes)
+    running: Size = 1
     for i in range(len(sizes) - 1, -1, -1):
         strides[i] = running
-        running *= max(sizes[i], 1)
+        size = sizes[i]
+        # A symbolic size is never 0 or 1 (those stay static), as ptc_spec's metadata assumes.
+        running = running * max(size, 1) if isinstance(size, int) else normalize(running * size)
     return tuple(strides)
 
 
-def linear_index(index: Sequence[Expr], strides: Sequence[int], offset: int = 0) -> Expr:
+def linear_index(index: Sequence[Expr], strides: Sequence[Size], offset: Size = 0) -> Expr:
     """``offset + sum(index[i] * strides[i])``."""
-    total: Expr = sympy.Integer(offset)
+    total: Expr = sympy.sympify(offset)
     for i, s in zip(index, strides):
         total = total + i * s
     return sympy.expand(total)
 
 
-def unravel(flat: Expr, sizes: Sequence[int]) -> list[Expr]:
+def unravel(flat: Expr, sizes: Sequence[Size]) -> list[Expr]:
     """Row-major multi-index of a flat index over ``sizes``."""
-    if 0 in sizes:
+    if any(s == 0 for s in sizes):
         # Nothing is ever read through an index over no elements (and Mod(q, 0) is undefined).
         return [sympy.Integer(0)] * len(sizes)
     out: list[Expr] = []
@@ -78,93 +81,153 @@ def unravel(flat: Expr, sizes: Sequence[int]) -> list[Expr]:
     return out
 
 
-def bounds(expr: Expr, ranges: Mapping[sympy.Symbol, int]) -> tuple[int, int] | None:
-    """Inclusive integer bounds of ``expr`` when every symbol lies in ``[0, ranges[s])``; None if unknown."""
+Bounds = tuple[Size, Size]
+
+
+def _size_only(e: Expr) -> bool:
+    """True when ``e`` mentions no loop variable (only numbers and size symbols)."""
+    env = current()
+    return all(env.is_symbol(s) for s in e.free_symbols)
+
+
+def bounds(expr: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Bounds | None:
+    """Inclusive bounds of ``expr`` when every loop variable lies in ``[0, ranges[v])``; None if unknown.
+
+    Bounds are sizes (ints, or expressions over size symbols: a symbolic range gives symbolic bounds).
+    """
     if expr.is_Integer:
         v = int(expr)
         return v, v
     if expr.is_Symbol:
-        if expr not in ranges:
-            return None
-        return 0, max(ranges[expr] - 1, 0)
+        if expr in ranges:
+            top = ranges[expr]
+            return 0, (max(top - 1, 0) if isinstance(top, int) else normalize(top - 1))
+        return (expr, expr) if current().is_symbol(expr) else None
     if expr.is_Add:
-        lo, hi = 0, 0
+        lo: Size = 0
+        hi: Size = 0
         for arg in expr.args:
             b = bounds(arg, ranges)
             if b is None:
                 return None
             lo, hi = lo + b[0], hi + b[1]
-        return lo, hi
+        return normalize(lo), normalize(hi)
     if expr.is_Mul:
-        coeff, rest = expr.as_coeff_Mul()
-        if not coeff.is_Integer or rest.is_Mul:
-            return None
-        b = bounds(rest, ranges)
-        if b is None:
-            return None
-        c = int(coeff)
-        return (c * b[0], c * b[1]) if c >= 0 else (c * b[1], c * b[0])
+        return _mul_bounds(expr, ranges)
     if isinstance(expr, sympy.floor):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
-        if not den.is_Integer or int(den) <= 0:
+        if not _positive_size(den):
             return None
         b = bounds(sympy.expand(num), ranges)
         if b is None:
             return None
-        return b[0] // int(den), b[1] // int(den)
+        return _floor_of(b[0], den), _floor_of(b[1], den)
     if isinstance(expr, sympy.Mod):
         m = expr.args[1]
-        if not m.is_Integer:
+        if not _positive_size(m):
             return None
         b = bounds(expr.args[0], ranges)
-        if b is not None and b[0] >= 0 and b[1] < int(m):
+        if b is not None and known_le(0, b[0]) and known_lt(b[1], m):
             return b
-        return 0, int(m) - 1
+        return 0, normalize(m - 1)
+    if _size_only(expr):
+        return normalize(expr), normalize(expr)
     return None
 
 
-def is_linear_in(expr: Expr, var: sympy.Symbol) -> int | None:
-    """The integer coefficient of ``var`` when ``expr`` is linear in it, else None."""
-    coeff = 0
+def _mul_bounds(expr: sympy.Mul, ranges: Mapping[sympy.Symbol, Size]) -> Bounds | None:
+    """Bounds of ``c * K * f``: ``K`` a product of (non-negative) sizes, ``f`` one loop-variable factor."""
+    coeff, rest = expr.as_coeff_Mul()
+    varying = [f for f in sympy.Mul.make_args(rest) if not _size_only(f)]
+    if not varying:
+        return normalize(expr), normalize(expr)
+    if len(varying) != 1:
+        return None
+    b = bounds(varying[0], ranges)
+    if b is None:
+        return None
+    scale = sympy.expand(expr / varying[0])
+    lo, hi = normalize(scale * b[0]), normalize(scale * b[1])
+    return (lo, hi) if coeff >= 0 else (hi, lo)
+
+
+def _floor_of(value: Size, den: Expr) -> Size:
+    if isinstance(value, int) and den.is_Integer:
+        return value // int(den)
+    return normalize(sympy.floor(sympy.sympify(value) / den))
+
+
+def _positive_size(e: Expr) -> bool:
+    """True for a positive integer constant or a positive expression over size symbols."""
+    if e.is_Integer:
+        return int(e) > 0
+    return _size_only(e) and known_lt(0, e)
+
+
+def is_linear_in(expr: Expr, var: sympy.Symbol) -> Size | None:
+    """The coefficient of ``var`` (a number or size expression) when ``expr`` is linear in it, else None."""
+    coeff: Size = 0
     for term in sympy.Add.make_args(sympy.expand(expr)):
         if not term.has(var):
             continue
-        c, rest = term.as_coeff_Mul()
-        if rest != var or not c.is_Integer:
+        rest = sympy.expand(term / var)
+        if rest.has(var) or not _size_only(rest):
             return None
-        coeff += int(c)
-    return coeff
+        coeff = coeff + rest
+    return normalize(coeff)
 
 
-def _split(num: Expr, den: int) -> tuple[Expr, Expr]:
-    """``num == den * q + r`` with every term of ``q`` having an integer coefficient."""
+def _split(num: Expr, den: Expr) -> tuple[Expr, Expr]:
+    """``num == den * q + r`` where every term of ``q`` is an integer polynomial."""
     q: Expr = sympy.Integer(0)
     r: Expr = sympy.Integer(0)
     for term in sympy.Add.make_args(sympy.expand(num)):
-        coeff, rest = term.as_coeff_Mul()
-        if coeff.is_Integer and int(coeff) % den == 0:
-            q = q + (int(coeff) // den) * rest
+        quotient = sympy.expand(term / den)
+        if integral(quotient):
+            q = q + quotient
         else:
             r = r + term
     return q, r
 
 
-def _floor_rule(num: Expr, den: int, ranges: Mapping[sympy.Symbol, int]) -> Expr | None:
+def _divisors(num: Expr, den: Expr) -> list[Expr]:
+    """Divisors of ``den`` to try splitting ``num`` by, largest first (by the symbols' hints)."""
+    found: set[Expr] = {den}
+    for term in sympy.Add.make_args(num):
+        g = sympy.gcd(term, den)
+        if g.is_Integer and int(g) <= 1:
+            continue
+        if g.is_Rational and not g.is_Integer:
+            continue
+        found.add(sympy.expand(g))
+    env = current()
+    return sorted(found, key=lambda g: (-env.hint(g), str(g)))
+
+
+def _floor_rule(num: Expr, den: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr | None:
     """``floor(num / den)`` without the terms of ``num`` that cannot change it, or None.
 
     With ``num == g*q + r``, ``g`` dividing ``den`` and ``0 <= r < g``, the quotient is
     ``floor(q / (den/g))``: flattening ``[a, b, c]`` to ``[a*b, c]`` and back divides
-    ``c*x0 + x1`` by ``b*c``, which is ``x0 // b`` since ``x1 < c``.
+    ``c*x0 + x1`` by ``b*c``, which is ``x0 // b`` since ``x1 < c`` (sizes symbolic or not).
     """
-    coeffs = {int(t.as_coeff_Mul()[0]) for t in sympy.Add.make_args(num) if t.as_coeff_Mul()[0].is_Integer}
-    for g in sorted({den} | {math.gcd(den, c) for c in coeffs if c}, reverse=True):
-        if g == 1:
-            break
+    for g in _divisors(num, den):
+        outer = sympy.expand(den / g)
+        if not integral(outer):
+            continue
         q, r = _split(num, g)
         b = bounds(r, ranges)
-        if b is not None and 0 <= b[0] and b[1] < g:
-            return q if g == den else floordiv(q, den // g)
+        if b is not None and known_le(0, b[0]) and known_lt(b[1], g):
+            return q if outer == 1 else floordiv(q, outer)
     return None
+
+
+def _factor(term: Expr, kind: type) -> tuple[Expr, Expr] | None:
+    """(multiplier, factor) when ``term`` is a product with exactly one factor of ``kind``."""
+    found = [f for f in sympy.Mul.make_args(term) if isinstance(f, kind)]
+    if len(found) != 1:
+        return None
+    return sympy.expand(term / found[0]), found[0]
 
 
 def _recombine(e: sympy.Add) -> Expr:
@@ -172,40 +235,41 @@ def _recombine(e: sympy.Add) -> Expr:
     and linearizing it again with the same strides gives the flat index."""
     terms = list(e.args)
     for i, term in enumerate(terms):
-        c, m_part = term.as_coeff_Mul()
-        if not isinstance(m_part, sympy.Mod) or not m_part.args[1].is_Integer:
+        found = _factor(term, sympy.Mod)
+        if found is None:
             continue
-        a, m = m_part.args[0], int(m_part.args[1])
+        c, m_part = found
+        a, m = m_part.args
         for j, other in enumerate(terms):
-            c2, f_part = other.as_coeff_Mul()
-            if j == i or not isinstance(f_part, sympy.floor) or c2 != c * m:
+            floor_found = _factor(other, sympy.floor) if j != i else None
+            if floor_found is None:
                 continue
-            num, den = sympy.fraction(sympy.together(f_part.args[0]))
-            if den == m and sympy.expand(num - a) == 0:
+            c2, f_part = floor_found
+            if sympy.expand(c2 - c * m) == 0 and sympy.expand(f_part.args[0] - a / m) == 0:
                 rest = [t for k, t in enumerate(terms) if k not in (i, j)]
                 return sympy.expand(sympy.Add(c * a, *rest))
     return e
 
 
-def _rule(e: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
+def _rule(e: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr:
     if isinstance(e, sympy.floor):
         num, den = sympy.fraction(sympy.together(e.args[0]))
-        if den.is_Integer and int(den) > 0:
-            found = _floor_rule(sympy.expand(num), int(den), ranges)
+        if _positive_size(den):
+            found = _floor_rule(sympy.expand(num), sympy.expand(den), ranges)
             if found is not None:
                 return found
-    if isinstance(e, sympy.Mod) and e.args[1].is_Integer:
-        m = int(e.args[1])
+    if isinstance(e, sympy.Mod) and _positive_size(e.args[1]):
+        m = e.args[1]
         q, r = _split(e.args[0], m)
         b = bounds(r, ranges)
-        if b is not None and 0 <= b[0] and b[1] < m:
+        if b is not None and known_le(0, b[0]) and known_lt(b[1], m):
             return r
         if q != 0:
             return sympy.Mod(r, m)
     return e
 
 
-def _walk(e: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
+def _walk(e: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr:
     if e.is_Atom:
         return e
     rebuilt = e.func(*[_walk(a, ranges) for a in e.args])
@@ -215,19 +279,20 @@ def _walk(e: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
 
 
 @functools.lru_cache(maxsize=65536)
-def _simplify_cached(expr: Expr, ranges: tuple[tuple[sympy.Symbol, int], ...]) -> Expr:
+def _simplify_cached(expr: Expr, ranges: tuple[tuple[sympy.Symbol, Size], ...], env: SizeEnv) -> Expr:
+    # The SizeEnv is part of the key: what it proves about sizes decides the rules.
     table = dict(ranges)
-    current = expr
+    current_expr = expr
     for _ in range(8):
-        nxt = sympy.expand(_walk(current, table))
-        if nxt == current:
+        nxt = sympy.expand(_walk(current_expr, table))
+        if nxt == current_expr:
             break
-        current = nxt
-    return current
+        current_expr = nxt
+    return current_expr
 
 
-def simplify_with_ranges(expr: Expr, ranges: Mapping[sympy.Symbol, int]) -> Expr:
+def simplify_with_ranges(expr: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr:
     """Drop floor divisions and moduli that the loop ranges make redundant (``x1 % 256`` with x1 < 256)."""
     if not isinstance(expr, sympy.Expr) or not expr.has(sympy.floor, sympy.Mod):
         return expr
-    return _simplify_cached(expr, tuple(sorted(ranges.items(), key=lambda kv: kv[0].name)))
+    return _simplify_cached(expr, tuple(sorted(ranges.items(), key=lambda kv: kv[0].name)), current())

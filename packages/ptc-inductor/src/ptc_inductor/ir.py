@@ -16,6 +16,7 @@ import sympy
 import torch
 
 from .indexing import Expr, contiguous_strides, linear_index, rvar, simplify_with_ranges, xvar
+from .sizes import Size, equal, normalize
 from .virtualized import current_handler, set_ops_handler
 
 Body = Callable[[Sequence[Expr], Sequence[Expr]], None]
@@ -37,9 +38,9 @@ class Layout:
 
     dtype: torch.dtype
     device: torch.device
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int = 0
+    size: tuple[Size, ...]
+    stride: tuple[Size, ...]
+    offset: Size = 0
     flexible: bool = False
 
     def index(self, idx: Sequence[Expr]) -> Expr:
@@ -47,32 +48,33 @@ class Layout:
         return linear_index(idx, self.stride, self.offset)
 
     @property
-    def numel(self) -> int:
+    def numel(self) -> Size:
         """Number of logical elements."""
-        return math.prod(self.size)
+        return normalize(math.prod(self.size))
 
     @property
-    def storage_numel(self) -> int:
+    def storage_numel(self) -> Size:
         """Number of storage elements the layout reaches (at least 1)."""
         if any(s == 0 for s in self.size):
-            return max(self.offset, 1)
-        return 1 + self.offset + sum((s - 1) * abs(st) for s, st in zip(self.size, self.stride))
+            return max(self.offset, 1) if isinstance(self.offset, int) else self.offset
+        # Symbolic sizes are at least 2, so no other dim empties the layout.
+        return normalize(1 + self.offset + sum((s - 1) * abs(st) for s, st in zip(self.size, self.stride)))
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> Size:
         """Bytes of storage the layout needs."""
-        return self.storage_numel * self.dtype.itemsize
+        return normalize(self.storage_numel * self.dtype.itemsize)
 
     @property
     def is_contiguous(self) -> bool:
         """True when the strides are row-major (size-1 dims ignored) and there is no offset."""
         want = contiguous_strides(self.size)
-        return self.offset == 0 and all(n == 1 or s == w for n, s, w in zip(self.size, self.stride, want))
+        return self.offset == 0 and all(n == 1 or equal(s, w) for n, s, w in zip(self.size, self.stride, want))
 
 
-def flexible_layout(dtype: torch.dtype, device: torch.device, size: Sequence[int]) -> Layout:
+def flexible_layout(dtype: torch.dtype, device: torch.device, size: Sequence[Size]) -> Layout:
     """A row-major layout the compiler is free to choose."""
-    dims = tuple(int(s) for s in size)
+    dims = tuple(normalize(s) for s in size)
     return Layout(dtype, device, dims, contiguous_strides(dims), 0, True)
 
 
@@ -96,8 +98,8 @@ class ComputedNode:
     name: str
     kind: str
     outputs: tuple[Buffer, ...]
-    ranges: tuple[int, ...]
-    reduction_ranges: tuple[int, ...]
+    ranges: tuple[Size, ...]
+    reduction_ranges: tuple[Size, ...]
     body: Body = field(compare=False)
     origins: tuple[str, ...] = ()
     reduction_type: str | None = None
@@ -113,9 +115,9 @@ class BufferArg:
     """An extern kernel argument: a (possibly strided) view of a buffer."""
 
     buffer: str
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
+    size: tuple[Size, ...]
+    stride: tuple[Size, ...]
+    offset: Size
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,14 @@ Node = ComputedNode | ExternNode
 
 
 @dataclass(frozen=True, slots=True)
+class FloatSize:
+    """A float computed from sizes (``s1 / 2`` from ``x.size(1) / 2``): exact sympy at compile
+    time, a Python float at run time (integer sizes stay plain sympy expressions)."""
+
+    expr: sympy.Expr
+
+
+@dataclass(frozen=True, slots=True)
 class TensorValue:
     """A tensor during lowering: dtype, device, size and a loader from index to ``ops`` value.
 
@@ -167,7 +177,7 @@ class TensorValue:
 
     dtype: torch.dtype
     device: torch.device
-    size: tuple[int, ...]
+    size: tuple[Size, ...]
     loader: Loader = field(compare=False)
     view: BufferArg | None = None
 
@@ -177,12 +187,12 @@ class TensorValue:
         return len(self.size)
 
     @property
-    def numel(self) -> int:
+    def numel(self) -> Size:
         """Number of elements."""
-        return math.prod(self.size)
+        return normalize(math.prod(self.size))
 
 
-def squeeze_ranges(size: Sequence[int]) -> tuple[tuple[int, ...], list[int]]:
+def squeeze_ranges(size: Sequence[Size]) -> tuple[tuple[Size, ...], list[int]]:
     """The loop ranges of ``size`` without its size-1 dims, and the dims they came from."""
     kept = [i for i, s in enumerate(size) if s != 1]
     return tuple(size[i] for i in kept), kept
@@ -199,7 +209,7 @@ def expand_index(vars_: Sequence[Expr], kept: Sequence[int], ndim: int) -> list[
 class _IndexSimplifier:
     """Forwards ``ops`` calls, simplifying index arguments with the node's loop ranges."""
 
-    def __init__(self, inner: Any, ranges: dict[sympy.Symbol, int]) -> None:
+    def __init__(self, inner: Any, ranges: dict[sympy.Symbol, Size]) -> None:
         self._inner = inner
         self._ranges = ranges
 
@@ -216,9 +226,9 @@ class _IndexSimplifier:
         return getattr(self._inner, name)
 
 
-def with_simplified_indices(body: Body, ranges: Sequence[int], reduction_ranges: Sequence[int]) -> Body:
+def with_simplified_indices(body: Body, ranges: Sequence[Size], reduction_ranges: Sequence[Size]) -> Body:
     """Wrap ``body`` so every index it issues is simplified against the loop ranges once built."""
-    table: dict[sympy.Symbol, int] = {xvar(i): s for i, s in enumerate(ranges)}
+    table: dict[sympy.Symbol, Size] = {xvar(i): s for i, s in enumerate(ranges)}
     table.update({rvar(i): s for i, s in enumerate(reduction_ranges)})
 
     def run(xs: Sequence[Expr], rs: Sequence[Expr]) -> None:

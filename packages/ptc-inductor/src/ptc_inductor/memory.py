@@ -11,6 +11,7 @@ import torch
 from .ir import Buffer, ExternNode
 from .lowering.context import is_dense
 from .scheduler import Kernel, Schedule
+from .sizes import Size, hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +22,14 @@ class MemoryPlan:
     allocate: dict[int, tuple[str, ...]]
     free_after: dict[int, tuple[str, ...]]
     peak_bytes: int
+    """At the size hints, where sizes are symbolic."""
     reused: int
     local: frozenset[str] = frozenset()
 
 
-def _key(buf: Buffer) -> tuple[int, torch.dtype, torch.device]:
+def _key(buf: Buffer) -> tuple[Size, torch.dtype, torch.device]:
+    # Symbolic byte counts are canonical expressions: storage is reused only by a buffer of
+    # provably the same size (the same expression), never one that merely matches at the hints.
     return buf.layout.nbytes, buf.layout.dtype, buf.layout.device
 
 
@@ -109,7 +113,7 @@ def plan_memory(
     storage: dict[str, str] = {}
     allocate: dict[int, list[str]] = defaultdict(list)
     frees: dict[int, list[str]] = defaultdict(list)
-    pool: dict[tuple[int, torch.dtype, torch.device], list[str]] = defaultdict(list)
+    pool: dict[tuple[Size, torch.dtype, torch.device], list[str]] = defaultdict(list)
     storage_bytes: dict[str, int] = {}
     live = peak = reused = 0
     reused_storages: set[str] = set()
@@ -121,7 +125,7 @@ def plan_memory(
         for buf in made:
             if isinstance(step, ExternNode):
                 storage[buf.name] = buf.name
-                storage_bytes[buf.name] = 0 if buf.name in views else buf.layout.nbytes
+                storage_bytes[buf.name] = 0 if buf.name in views else hint(buf.layout.nbytes)
                 live += storage_bytes[buf.name]
                 continue
             candidates = pool.get(_key(buf)) if reuse and buf.name not in outputs else None
@@ -133,9 +137,9 @@ def plan_memory(
                 live += storage_bytes[s]
             else:
                 storage[buf.name] = buf.name
-                storage_bytes[buf.name] = buf.layout.nbytes
+                storage_bytes[buf.name] = hint(buf.layout.nbytes)
                 allocate[i].append(buf.name)
-                live += buf.layout.nbytes
+                live += storage_bytes[buf.name]
         peak = max(peak, live)
         for buf in made:
             if buf.name not in kept and buf.name not in last_use:

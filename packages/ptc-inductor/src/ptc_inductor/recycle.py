@@ -60,16 +60,40 @@ class OutputRecycler:
         with self._lock:
             for i in range(len(bufs)):
                 if _references(bufs, i) == _IDLE:
-                    return self._wrap(bufs[i], self._pads[i])
+                    return self._wrap(bufs[i], self._pads[i], self._size, self._stride, self._nbytes)
             if len(bufs) < POOL_SIZE:
                 buf = bytearray(self._nbytes + _ALIGN)
                 pad = -torch.frombuffer(buf, dtype=torch.uint8).data_ptr() % _ALIGN
                 bufs.append(buf)
                 self._pads.append(pad)
-                return self._wrap(buf, pad)
+                return self._wrap(buf, pad, self._size, self._stride, self._nbytes)
         return torch.empty_strided(self._size, self._stride, dtype=self._dtype)
 
-    def _wrap(self, buf: bytearray, pad: int) -> torch.Tensor:
-        storage = torch.frombuffer(buf, dtype=torch.uint8, count=self._nbytes, offset=pad).untyped_storage()
+    def take_sized(self, size: Sequence[int], stride: Sequence[int], nbytes: int) -> torch.Tensor:
+        """The same for an output whose size changes between calls (symbolic sizes): any idle
+        buffer of at least ``nbytes`` serves; a too small idle one is replaced by a larger one."""
+        if nbytes < RECYCLE_MIN_BYTES:
+            return torch.empty_strided(size, stride, dtype=self._dtype)
+        bufs = self._bufs
+        with self._lock:
+            idle = -1
+            for i in range(len(bufs)):
+                if _references(bufs, i) == _IDLE:
+                    if len(bufs[i]) - _ALIGN >= nbytes:
+                        return self._wrap(bufs[i], self._pads[i], size, stride, nbytes)
+                    idle = i
+            if len(bufs) < POOL_SIZE or idle >= 0:
+                buf = bytearray(nbytes + _ALIGN)
+                pad = -torch.frombuffer(buf, dtype=torch.uint8).data_ptr() % _ALIGN
+                if idle >= 0:
+                    bufs[idle], self._pads[idle] = buf, pad
+                else:
+                    bufs.append(buf)
+                    self._pads.append(pad)
+                return self._wrap(buf, pad, size, stride, nbytes)
+        return torch.empty_strided(size, stride, dtype=self._dtype)
+
+    def _wrap(self, buf: bytearray, pad: int, size: Sequence[int], stride: Sequence[int], nbytes: int) -> torch.Tensor:
+        storage = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes, offset=pad).untyped_storage()
         # set_ rather than a view, so the output is a base tensor, as eager's outputs are.
-        return torch.empty(0, dtype=self._dtype).set_(storage, 0, self._size, self._stride)
+        return torch.empty(0, dtype=self._dtype).set_(storage, 0, tuple(size), tuple(stride))

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import sympy
 
+from . import sizes
 from .analysis import Access, analyze, range_map
 from .codegen.triton_heuristics import next_pow2, persistent_limit
 from .config import Config, triton_device
 from .indexing import bounds, contiguous_strides, is_linear_in, rvar, xvar
 from .ir import SPLITTABLE_REDUCTIONS, ComputedNode, ExternNode, Node
+from .sizes import Size, known_le, known_lt, static_value
 
 log = logging.getLogger("ptc.inductor.schedule")
 
@@ -37,7 +39,7 @@ class Kernel:
 
     name: str
     nodes: tuple[ComputedNode, ...]
-    outer: tuple[int, ...]
+    outer: tuple[Size, ...]
     partials: int = 0
 
     @property
@@ -49,8 +51,9 @@ class Kernel:
     def is_empty(self) -> bool:
         """True when no node writes any element (a zero-size output): the kernel is never launched.
 
-        Read from the loop sizes, so it stays right when sizes become symbolic (then it turns into
-        a run-time check). A reduction over an empty range still writes its identity values."""
+        Read from the loop sizes: only a static 0 makes a kernel empty here; a symbolic size that
+        is 0 at run time runs no iteration (C++) or no program (Triton's launcher checks its grid).
+        A reduction over an empty range still writes its identity values."""
         return all(_numel(n.ranges) == 0 for n in self.nodes)
 
     @property
@@ -75,7 +78,7 @@ class Schedule:
         return tuple(s for s in self.steps if isinstance(s, Kernel))
 
 
-def outer_ranges(nodes: Sequence[ComputedNode]) -> tuple[int, ...] | None:
+def outer_ranges(nodes: Sequence[ComputedNode]) -> tuple[Size, ...] | None:
     """The shared outer loop sizes of ``nodes``, or None when they cannot share a loop nest."""
     reductions = [n for n in nodes if n.is_reduction]
     if reductions:
@@ -96,8 +99,8 @@ def outer_ranges(nodes: Sequence[ComputedNode]) -> tuple[int, ...] | None:
     return outer
 
 
-def _numel(sizes: Sequence[int]) -> int:
-    return math.prod(sizes)
+def _numel(dims: Sequence[Size]) -> Size:
+    return sizes.normalize(math.prod(dims))
 
 
 def _outer_local(
@@ -110,12 +113,13 @@ def _outer_local(
     """True when ``load`` (in the consumer) only reads what the producer wrote at the same outer point."""
     outer_vars = [xvar(i) for i in range(k)]
     cranges = range_map(consumer)
-    if any(s not in cranges for s in load.free_symbols):
+    env = sizes.current()
+    if any(s not in cranges and not env.is_symbol(s) for s in load.free_symbols):
         return False
     e_rest, s_rest = load, store
     for v in outer_vars:
         ce, cs = is_linear_in(load, v), is_linear_in(store, v)
-        if ce is None or cs is None or ce != cs:
+        if ce is None or cs is None or sympy.expand(ce - cs) != 0:
             return False
         e_rest = e_rest - ce * v
         s_rest = s_rest - cs * v
@@ -124,16 +128,16 @@ def _outer_local(
         return False
     pranges = range_map(producer)
     if sympy.expand(e_rest - s_rest) == 0:
-        return all(cranges[s] <= pranges.get(s, 0) for s in e_rest.free_symbols)
+        return all(known_le(cranges[s], pranges.get(s, 0)) for s in e_rest.free_symbols if s in cranges)
     dense = contiguous_strides(producer.ranges)
     expected = sum((xvar(i) * st for i, st in enumerate(dense)), sympy.Integer(0))
     if sympy.expand(store - expected) != 0:
         return False
     found = bounds(e_rest, cranges)
-    return found is not None and found[0] >= 0 and found[1] < _numel(producer.ranges[k:])
+    return found is not None and known_le(0, found[0]) and known_lt(found[1], _numel(producer.ranges[k:]))
 
 
-def dependencies_ok(nodes: Sequence[ComputedNode], outer: tuple[int, ...], accesses: dict[str, Access]) -> bool:
+def dependencies_ok(nodes: Sequence[ComputedNode], outer: tuple[Size, ...], accesses: dict[str, Access]) -> bool:
     """True when every in-kernel read of ``nodes`` hits data written at the same outer point."""
     k = len(outer)
     writer: dict[str, tuple[ComputedNode, sympy.Expr]] = {}
@@ -179,7 +183,7 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
     if outputs is not None:
         nodes = live_nodes(nodes, accesses, outputs)
     steps: list[list[ComputedNode] | ExternNode] = []
-    outers: list[tuple[int, ...]] = []
+    outers: list[tuple[Size, ...]] = []
     produced_at: dict[str, int] = {}
     for node in nodes:
         if isinstance(node, ExternNode):
@@ -192,7 +196,7 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
         reads = accesses[node.name].reads()
         earliest = max((produced_at[r] for r in reads if r in produced_at), default=-1)
         best, best_score = -1, -1
-        best_outer: tuple[int, ...] = ()
+        best_outer: tuple[Size, ...] = ()
         for si in range(len(steps) - 1, max(earliest, 0) - 1, -1) if config.fuse else ():
             step = steps[si]
             if isinstance(step, ExternNode):
@@ -201,7 +205,8 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
             outer = outer_ranges(candidate)
             if outer is None:
                 continue
-            if outer != outers[si] and _numel(outer) < min(_numel(outers[si]), SMALL_OUTER):
+            # Only a matter of speed (how much parallel work is left): decided at the hints.
+            if outer != outers[si] and sizes.hint(_numel(outer)) < min(sizes.hint(_numel(outers[si])), SMALL_OUTER):
                 continue
             if not dependencies_ok(candidate, outer, accesses):
                 continue
@@ -243,9 +248,13 @@ ROW = sympy.Symbol("rr", integer=True, nonnegative=True)
 
 
 def _partial_shape(kernel: Kernel) -> tuple[int, tuple[int, ...], int] | None:
-    """(chunks, columns, rows per chunk) when every node of ``kernel`` is a split column reduction."""
+    """(chunks, columns, rows per chunk) when every node of ``kernel`` is a split column reduction
+    (over static sizes: a row loop keeps whole rows in one tile, and splits are static)."""
     first = kernel.nodes[0]
     if len(first.ranges) < 2 or len(first.reduction_ranges) != 1 or kernel.partials:
+        return None
+    dims = [static_value(s) for s in (*first.ranges, *first.reduction_ranges)]
+    if any(d is None for d in dims):
         return None
     for n in kernel.nodes:
         if not n.is_reduction or n.reduction_type not in SPLITTABLE_REDUCTIONS:
@@ -254,7 +263,7 @@ def _partial_shape(kernel: Kernel) -> tuple[int, tuple[int, ...], int] | None:
             return None
         if any(not b.layout.dtype.is_floating_point for b in n.outputs):
             return None
-    return first.ranges[0], first.ranges[1:], first.reduction_ranges[0]
+    return int(first.ranges[0]), tuple(int(s) for s in first.ranges[1:]), int(first.reduction_ranges[0])
 
 
 def _row_index(node: ComputedNode, index: sympy.Expr, chunk: int, cols: tuple[int, ...]) -> sympy.Expr:
@@ -277,13 +286,13 @@ def _can_ride(row: Kernel, part: Kernel, shape: tuple[int, tuple[int, ...], int]
     partials read that the row nodes write must be read at the very element written; and they
     must share at least one load, or riding along would save nothing.
     """
-    if len(row.outer) != 1 or row.partials:
+    if len(row.outer) != 1 or row.partials or static_value(row.outer[0]) is None:
         return False
     chunks, cols, chunk = shape
     if chunks * chunk != row.outer[0] or chunk < 2:
         return False
     itemsize = max(b.layout.dtype.itemsize for n in (*row.nodes, *part.nodes) for b in n.outputs)
-    if next_pow2(_numel(cols)) > persistent_limit(itemsize):
+    if next_pow2(math.prod(cols)) > persistent_limit(itemsize):
         return False  # a row must fit one tile, as in a persistent kernel
     inners = [n.reduction_ranges if n.is_reduction else n.ranges[1:] for n in row.nodes]
     if any(inner != cols and (n.is_reduction or inner) for n, inner in zip(row.nodes, inners)) or cols not in inners:

@@ -18,6 +18,7 @@ import torch.fx
 
 from .codegen.triton import TritonKernel, generate_triton_kernel
 from .config import Config, config_from_env
+from .errors import LoweringError
 from .ir import BufferArg, ExternNode
 from .lowering import lower_graph
 from .scheduler import Kernel, Schedule, schedule
@@ -64,6 +65,8 @@ def compile_triton_graph(gm: torch.fx.GraphModule, config: Config | None = None,
     """Compile a core/1 graph into Triton kernels (compiled ahead, in parallel, when ``device`` is CUDA)."""
     cfg = config if config is not None else config_from_env()
     lowered = lower_graph(gm, cfg)
+    if lowered.sizes.symbols:
+        raise LoweringError("compile_triton_graph runs graphs of static sizes only: use ptc_inductor.compile(gm) with backend='triton'")
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)
     # A kernel that writes no element is never generated nor launched (see Kernel.is_empty).
     kernels = tuple(generate_triton_kernel(k, lowered.buffers, sched.accesses, cfg) for k in sched.kernels if not k.is_empty)

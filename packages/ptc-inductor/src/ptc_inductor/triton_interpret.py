@@ -3,7 +3,8 @@
 Triton's interpreter does not implement ``libdevice`` (extern calls) and truncates float32 to
 bfloat16 instead of rounding to nearest-even; generated modules call ``libdevice.*`` and
 ``ptc_round_bf16``, so under the interpreter those globals are rebound to ``INTERPRETER_GLOBALS``,
-which compute the same functions with torch on the host.
+which compute the same functions with torch on the host. Loops over a symbolic size
+(``range(0, s1, RBLOCK)``) get a ``range`` that reads the interpreter's scalar arguments.
 """
 
 from __future__ import annotations
@@ -81,8 +82,17 @@ INTERPRETER_LIBDEVICE = SimpleNamespace(
 )
 """The libdevice functions generated code calls, computed with torch for the interpreter."""
 
+def _range(*args: Any) -> range:
+    """``range`` over kernel scalars: the interpreter holds a scalar argument (a size) as a
+    one-element array, which its ``__index__`` cannot convert under NumPy 2."""
+    import triton.language as tl
+
+    return range(*(int(a.handle.data.item()) if isinstance(a, tl.core.tensor) else a for a in args))
+
+
 INTERPRETER_GLOBALS: dict[str, object] = {
     "libdevice": INTERPRETER_LIBDEVICE,
     "ptc_round_bf16": _lift(lambda x: x.to(torch.bfloat16).to(x.dtype)),
+    "range": _range,
 }
 """Module globals of a generated kernel module that the interpreter needs replaced."""

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .codegen.triton import TritonKernel
-from .codegen.triton_heuristics import LaunchConfig, candidate_configs, default_config
+from .codegen.triton_heuristics import LaunchConfig, candidate_configs, default_config, next_pow2
 from .config import Config
 from .cuda_launch import MAX_POINTERS
 from .errors import CodegenError
@@ -114,8 +114,11 @@ def _constexprs(kernel: TritonKernel, cfg: LaunchConfig) -> dict[str, int]:
 
 
 def signature(kernel: TritonKernel) -> dict[str, str]:
-    """The ``triton.compile`` signature of ``kernel``: pointer types, then its constexprs."""
+    """The ``triton.compile`` signature of ``kernel``: pointer types, its int64 sizes, then its constexprs.
+
+    Sizes get no specialization attribute (divisible by 16, equal to 1): one binary serves every size."""
     sig = {name: _SIG_TYPES[dt] for name, dt in zip(kernel.params, kernel.param_dtypes)}
+    sig.update({name: "i64" for name in kernel.sizes})
     sig["XBLOCK"] = "constexpr"
     if kernel.style != "flat":
         sig["RBLOCK"] = "constexpr"
@@ -209,10 +212,12 @@ def _target(device: torch.device) -> tuple[str, int, int]:
 
 
 class TritonLauncher:
-    """Runs one generated kernel: ``launcher(*tensors)`` with tensors in ``kernel.params`` order.
+    """Runs one generated kernel: ``launcher(*tensors, *sizes)`` with tensors in ``kernel.params``
+    order, then the values of the size symbols in ``kernel.sizes``.
 
-    The first call picks the launch config (heuristic, disk cache, or autotuning on the
-    real inputs); later calls only fetch pointers and the stream, then launch.
+    The first call picks the launch config (heuristic from the size hints, disk cache, or
+    autotuning on the real inputs); later calls only fetch pointers and the stream, compute the
+    grid when sizes are symbolic, then launch.
     """
 
     def __init__(self, kernel: TritonKernel, options: TritonOptions, fn: Any, path: str, launch: Any = None) -> None:
@@ -221,7 +226,7 @@ class TritonLauncher:
         self._fn = fn
         self.path = path
         self.config: LaunchConfig | None = None
-        self._grid = 1
+        self._xblock = 1
         self._tail: tuple[int, ...] = ()
         self._variants: dict[tuple[bool, ...], Any] = {}
         # Binaries the compile workers made, by (config key, pointer alignment).
@@ -231,6 +236,12 @@ class TritonLauncher:
         # Read once: Triton itself decides interpretation when it is imported, and an
         # environment lookup on every launch is host time on the hot path.
         self._interpret = interpreting()
+        self._tensors = len(kernel.params)
+        # The number of points of the grid's dim: a function of the size arguments, or static.
+        self._xnumel: Any = None
+        self._static_xnumel = 0 if kernel.xnumel_source else int(kernel.xnumel)
+        if kernel.xnumel_source:
+            self._xnumel = eval(f"lambda {', '.join(kernel.sizes)}: {kernel.xnumel_source}", {"max": max, "min": min})
 
     @property
     def fn(self) -> Any:
@@ -242,39 +253,42 @@ class TritonLauncher:
     def candidates(self) -> list[LaunchConfig]:
         """The launch configs the first call chooses among."""
         k = self.kernel
-        return candidate_configs(k.style, k.xnumel, k.rnumel, k.rblock, self.options.autotune, k.strided)
+        return candidate_configs(k.style, k.xnumel_hint, k.rnumel_hint, k.rblock, self.options.autotune, k.strided)
 
     def _set_config(self, cfg: LaunchConfig) -> None:
         self.config = cfg
-        self._grid = max(1, -(-self.kernel.xnumel // cfg.xblock))
+        self._xblock = cfg.xblock
         self._tail = tuple(_constexprs(self.kernel, cfg).values())
         self._variants = {}
 
-    def __call__(self, *args: torch.Tensor) -> None:
-        if self.kernel.xnumel == 0:
-            # The wrapper never calls a kernel over no points; a direct caller must not launch
-            # its one program either (it would write out of bounds).
+    def __call__(self, *args: Any) -> None:
+        xnumel = self._static_xnumel if self._xnumel is None else self._xnumel(*args[self._tensors :])
+        if xnumel <= 0:
+            # The wrapper never calls a kernel over no points; a direct caller, or symbolic sizes
+            # that are 0 in this call, must not launch its one program either (it would write
+            # out of bounds; CUDA refuses an empty grid).
             return
         if self.config is None:
             self._choose(args)
-        if self._interpret or not args or not args[0].is_cuda:
-            self._launch_interpreted(args)
+        assert self.config is not None
+        grid = -(-xnumel // self._xblock)
+        tensors = args[: self._tensors]
+        if self._interpret or not tensors or not tensors[0].is_cuda:
+            self.fn[(grid,)](*args, **_constexprs(self.kernel, self.config))
             return
-        ptrs = [a.data_ptr() for a in args]
+        ptrs = [a.data_ptr() for a in tensors]
         aligned = tuple(p % 16 == 0 for p in ptrs)
         variant = self._variants.get(aligned)
         if variant is None:
-            variant = self._load_variant(args, aligned)
+            variant = self._load_variant(tensors, aligned)
         # The raw handle, without building a torch.cuda.Stream object on every launch (~3 us).
-        stream = torch._C._cuda_getCurrentRawStream(args[0].get_device())
+        stream = torch._C._cuda_getCurrentRawStream(tensors[0].get_device())
+        # Size arguments follow the pointers: 64-bit values, passed as the pointers are.
+        values = (*ptrs, *args[self._tensors :])
         if type(variant) is LoadedKernel:
-            self._launch(variant.function, self._grid, variant.threads, variant.shared, stream, *ptrs)
+            self._launch(variant.function, grid, variant.threads, variant.shared, stream, *values)
         else:
-            variant.run(self._grid, 1, 1, stream, variant.function, variant.packed_metadata, None, None, None, *ptrs, *self._tail)
-
-    def _launch_interpreted(self, args: Sequence[torch.Tensor]) -> None:
-        assert self.config is not None
-        self.fn[(self._grid,)](*args, **_constexprs(self.kernel, self.config))
+            variant.run(grid, 1, 1, stream, variant.function, variant.packed_metadata, None, None, None, *values, *self._tail)
 
     def _compile_variant(self, args: Sequence[torch.Tensor], aligned: tuple[bool, ...]) -> Any:
         """Triton's CompiledKernel for the current config (a disk-cache hit after precompile)."""
@@ -292,20 +306,23 @@ class TritonLauncher:
             compiled = self._compile_variant(args, aligned)
             binary = _binary_of(compiled)
         variant: Any
-        if self._launch is not None and binary is not None and binary.plain and len(args) <= MAX_POINTERS:
+        if self._launch is not None and binary is not None and binary.plain and len(args) + len(self.kernel.sizes) <= MAX_POINTERS:
             variant = _load_binary(binary, args[0].device)
         else:
             variant = compiled if compiled is not None else self._compile_variant(args, aligned)
         self._variants[aligned] = variant
         return variant
 
-    def _choose(self, args: Sequence[torch.Tensor]) -> None:
+    def _choose(self, args: Sequence[Any]) -> None:
         configs = self.candidates()
         if len(configs) == 1 or interpreting() or not args or not args[0].is_cuda:
             self._set_config(configs[0])
             return
         device = args[0].device
         key = f"{source_hash(self.kernel.source)}|{torch.cuda.get_device_name(device)}|{self.options.autotune}"
+        if self._xnumel is not None:
+            # One config serves every size; the winner is kept per size bucket of the first call.
+            key += f"|x{next_pow2(self._xnumel(*args[self._tensors :]))}"
         cached = _read_autotune(self.options.cache_dir).get(key)
         if cached is not None:
             self._set_config(LaunchConfig(**cached))
@@ -423,4 +440,4 @@ def _load_binary(binary: KernelBinary, device: torch.device) -> LoadedKernel:
 
 def default_launch_config(kernel: TritonKernel) -> LaunchConfig:
     """The heuristic config of ``kernel`` (what a launch without autotuning uses)."""
-    return default_config(kernel.style, kernel.xnumel, kernel.rnumel, kernel.rblock, kernel.strided)
+    return default_config(kernel.style, kernel.xnumel_hint, kernel.rnumel_hint, kernel.rblock, kernel.strided)

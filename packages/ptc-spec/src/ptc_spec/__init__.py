@@ -2,7 +2,7 @@
 
 from .builder import GraphBuilder
 from .config import Config, config_from_env
-from .device_meta import norm_statistics_dtype, run_meta, running_statistics_dtype
+from .device_meta import norm_statistics_dtype, on_meta_device, run_meta, running_statistics_dtype
 from .dialects import DIALECT_KEY, check, dialect_of, known_dialects, offending_nodes, require_dialect, set_dialect
 from .errors import (
     BoundaryError,
@@ -19,7 +19,7 @@ from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_met
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
 from .shapes import SHAPE_ENV_KEY, ShapeEnv, record_shape_env, shape_env_of, symbol_values
-from .sym_exprs import Term, term_source, term_value, to_term
+from .sym_exprs import Term, integer_valued, term_source, term_value, to_term
 from .symnode import SymNode, expr_of, symbolic
 from .targets import allow_target, is_allowed_target, target_name
 from .tracer import TracedTensor, Tracer, finish, symbolic_dispatch, trace
@@ -74,6 +74,7 @@ __all__ = [
     "dynamic_meta",
     "expr_of",
     "fallback_problem",
+    "integer_valued",
     "finish",
     "known_dialects",
     "load",
@@ -83,6 +84,7 @@ __all__ = [
     "mark_fallback",
     "node_meta",
     "norm_statistics_dtype",
+    "on_meta_device",
     "offending_nodes",
     "opset",
     "overload_name",
@@ -95,6 +97,7 @@ __all__ = [
     "set_dialect",
     "shape_env_of",
     "size_symbol",
+    "integer_valued",
     "symbol_values",
     "symbolic",
     "symbolic_dispatch",

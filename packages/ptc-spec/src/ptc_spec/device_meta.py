@@ -73,7 +73,7 @@ class _OnDeviceMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
         margs, mkwargs = pytree.tree_map(_unwrap, (tuple(args), kwargs))
-        margs, mkwargs = _on_meta(func, margs, mkwargs)
+        margs, mkwargs = on_meta_device(func, margs, mkwargs)
         out = func(*margs, **mkwargs)
         written = _written_wrapper(func, args, kwargs)
         if written is not None:
@@ -93,7 +93,7 @@ def _unwrap(x: Any) -> Any:
     return x
 
 
-def _on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+def on_meta_device(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``func``'s arguments with its ``device`` argument set to meta (factories default to the CPU)."""
     for i, arg in enumerate(func._schema.arguments):
         if arg.name != "device":

@@ -28,7 +28,7 @@ import torch
 
 from .errors import UnbackedSizeError
 from .meta import TensorMeta, size_symbol
-from .sym_exprs import term_source, to_term
+from .sym_exprs import integer_valued, term_source, to_term
 from .value_ranges import INF, ValueRange, decide
 
 SHAPE_ENV_KEY = "ptc_shape_env"
@@ -138,7 +138,16 @@ class ShapeEnv:
         if cached is not None:
             return cached
         out = expr.xreplace(self._replacements) if self._replacements else expr
-        out = self._canonical(out.xreplace(self._rewrites) if self._rewrites else out)
+        if self._rewrites:
+            exact = self._canonical(out.xreplace(self._rewrites))
+            # A size must stay an integer expression: 4*floor(s0/4) becomes s0, but floor(s0/2)
+            # stays (as s0/2 it would read as a float to every consumer that types sizes by
+            # their expression).
+            if isinstance(exact, sympy.Expr) and not integer_valued(exact):
+                exact = self._canonical(out.xreplace({k: v for k, v in self._rewrites.items() if v == 0}))
+            out = exact
+        else:
+            out = self._canonical(out)
         self._simplified[expr] = out
         return out
 
@@ -326,6 +335,24 @@ class ShapeEnv:
         self._guards[guard] = None
         self._check = None
         self._learn(guard)
+        if isinstance(guard, sympy.Eq):
+            self._specialize_unsolved(guard)
+
+    def _specialize_unsolved(self, guard: sympy.Basic) -> None:
+        # A product of sizes equal to a constant that no substitution solves (4*(s2 - 2)*(s3 - 2)
+        # == 144: a flatten feeding a Linear) admits a handful of sizes only, and keeping it
+        # would leave sizes like 36/(s2 - 2) that have no integer form: specialize them.
+        # Relations between sizes (s0*s1 == s2*s3, two tensors' numels) and relations over
+        # rounded quotients (torch.chunk's) stay guards.
+        left = self.simplify(guard)
+        if not isinstance(left, sympy.Eq) or left.has(sympy.floor, sympy.ceiling, sympy.Mod, sympy.Max, sympy.Min):
+            return
+        diff = sympy.expand(left.lhs - left.rhs)
+        if not diff.is_polynomial() or diff.as_coeff_Add()[0] == 0:
+            return
+        for sym in sorted(left.free_symbols & self._hints.keys(), key=self._order.index):
+            if sym not in self._replacements:
+                self._record(sympy.Eq(sym, self._hints[sym]))
 
     def _learn(self, fact: sympy.Basic) -> None:
         """Narrow ranges and add substitutions from a condition that now always holds."""

@@ -69,13 +69,25 @@ class UnsupportedExpression(ValueError):
     """A sympy expression has no exact lowering to Python operations."""
 
 
+def integer_valued(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` is an integer at every allowed size (sympy leaves ``floor(36/(s0 - 2))``
+    undecided, since ``s0 - 2`` might be 0 for all it knows)."""
+    if expr.is_integer or isinstance(expr, (sympy.floor, sympy.ceiling, sympy.Mod)):
+        return True
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Max, sympy.Min)):
+        return all(integer_valued(a) for a in expr.args)
+    if isinstance(expr, sympy.Pow):
+        return bool(expr.exp.is_Integer and expr.exp >= 0 and integer_valued(expr.base))
+    return False
+
+
 def to_term(expr: sympy.Basic, kind: type = int) -> Term:
     """Lower ``expr``, whose Python type is ``kind`` (int, float or bool), to operations."""
     if kind is bool:
         return _bool(expr)
     if kind is float:
         # An integer-valued float (sym_float(s0)) stays a float, as eager's scalar would be.
-        return Op(torch.sym_float, (_int(expr),)) if expr.is_integer else _float(expr)
+        return Op(torch.sym_float, (_int(expr),)) if integer_valued(expr) else _float(expr)
     return _int(expr)
 
 
@@ -167,7 +179,7 @@ def _float(expr: sympy.Basic) -> Term:
         return int(expr)
     if expr.is_Number:
         return float(expr)
-    if isinstance(expr, (sympy.Symbol, sympy.floor, sympy.ceiling, sympy.Mod)) or expr.is_integer:
+    if isinstance(expr, sympy.Symbol) or integer_valued(expr):
         return _int(expr)
     if isinstance(expr, sympy.Add):
         return _sum(expr, _float)
@@ -202,7 +214,7 @@ def _bool(expr: sympy.Basic) -> Term:
 
 
 def _number(expr: sympy.Basic) -> Term:
-    return _int(expr) if expr.is_integer else _float(expr)
+    return _int(expr) if integer_valued(expr) else _float(expr)
 
 
 def term_source(term: Term, names: Mapping[str, str] | None = None) -> str:

@@ -1,6 +1,6 @@
 """ptc: make unmodified PyTorch programs faster with ``model = ptc.compile(model)``."""
 
-from .api import MODES, compile, disable, explain, is_compiling, list_backends, reset
+from .api import MODES, compile, disable, explain, is_compiling, list_backends, mark_dynamic, mark_static, reset
 from .errors import MissingComponentError, PtcError, UnknownOptionError
 from .logs import CHANNELS
 from .logs import enable as enable_logs
@@ -19,5 +19,7 @@ __all__ = [
     "explain",
     "is_compiling",
     "list_backends",
+    "mark_dynamic",
+    "mark_static",
     "reset",
 ]

@@ -57,16 +57,25 @@ def compile(
 
     ``mode`` is one of ``default``, ``reduce-overhead``, ``max-autotune``,
     ``max-autotune-no-cudagraphs``; unknown backends, modes and options raise one error
-    listing the valid ones.
+    listing the valid ones. ``dynamic``, as torch.compile's: None compiles static first and
+    makes a dim symbolic once it changes, True is symbolic from the first compile, False static.
     """
     compiled_backend = _resolve_backend(backend, mode, options)
-    if dynamic:
-        raise UnknownOptionError("dynamic=True is not supported yet: ptc specializes on input sizes (recompiling on change)")
 
     def wrap(fn: Callable[..., Any]) -> Any:
-        return _capture().optimize(compiled_backend, fullgraph=fullgraph)(fn)
+        return _capture().optimize(compiled_backend, fullgraph=fullgraph, dynamic=dynamic)(fn)
 
     return wrap if model is None else wrap(model)
+
+
+def mark_dynamic(tensor: Any, dim: int | list[int], *, min: int | None = None, max: int | None = None) -> None:
+    """Make ``dim`` of ``tensor`` symbolic in the next compile that reads it (as torch._dynamo.mark_dynamic)."""
+    _capture().mark_dynamic(tensor, dim, min=min, max=max)
+
+
+def mark_static(tensor: Any, dim: int | list[int]) -> None:
+    """Keep ``dim`` of ``tensor`` static, over automatic dynamic and dynamic=True."""
+    _capture().mark_static(tensor, dim)
 
 
 def explain(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -94,4 +103,4 @@ def is_compiling() -> bool:
     return bool(_capture().is_compiling())
 
 
-__all__ = ["MODES", "compile", "disable", "explain", "is_compiling", "list_backends", "reset"]
+__all__ = ["MODES", "compile", "disable", "explain", "is_compiling", "list_backends", "mark_dynamic", "mark_static", "reset"]

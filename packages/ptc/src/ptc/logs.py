@@ -8,6 +8,7 @@ import os
 CHANNELS: dict[str, tuple[str, ...]] = {
     "graph_breaks": ("ptc.capture.graph_breaks",),
     "recompiles": ("ptc.capture.recompiles",),
+    "dynamic": ("ptc.capture.dynamic",),
     "guards": ("ptc.capture.guards",),
     "graphs": ("ptc.capture.graph_code", "ptc.aot.graphs", "ptc.fallbacks"),
     "fallbacks": ("ptc.fallbacks",),

@@ -30,6 +30,7 @@ class CompileStats:
     """What this process has compiled (the pipeline's one piece of mutable state)."""
 
     graphs: int = 0
+    """aten graphs handed to a stage compiler (a training graph counts its forward and backward)."""
     kernels: int = 0
     seconds: float = 0.0
     fallbacks: Counter[str] = field(default_factory=Counter)
@@ -69,7 +70,29 @@ def compile_core(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], option
         import ptc_cudagraphs
 
         compiled = ptc_cudagraphs.cudagraphify(compiled, list(example_inputs))
-    return compiled
+    return _with_decisions(compiled, gm, core)
+
+
+class _Decided:
+    """A compiled graph that carries the ShapeEnv its compile decided on, for ptc-aot to guard."""
+
+    __slots__ = ("compiled", "meta")
+
+    def __init__(self, compiled: Compiled, env_state: Any) -> None:
+        self.compiled = compiled
+        self.meta = {ptc_spec.SHAPE_ENV_KEY: env_state}
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+
+def _with_decisions(compiled: Compiled, gm: torch.fx.GraphModule, core: torch.fx.GraphModule) -> Compiled:
+    # A decomposition that decided on a size recorded the guard in the core graph's ShapeEnv;
+    # ptc-aot checks a program's guards before each call, so it must see that one too.
+    before, after = ptc_spec.shape_env_of(gm), ptc_spec.shape_env_of(core)
+    if after is None or (before is not None and set(after.guards) <= set(before.guards)):
+        return compiled
+    return _Decided(compiled, core.meta[ptc_spec.SHAPE_ENV_KEY])
 
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions, inner: Callable[..., Compiled]) -> Compiled:
@@ -92,6 +115,7 @@ def _placeholder_metas(gm: torch.fx.GraphModule) -> list[Any]:
 
 def run_as_is(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions) -> Compiled:
     """The aot_eager stage compiler: run the aten graph as it is."""
+    STATS.graphs += 1
     return handoff(gm, options)
 
 

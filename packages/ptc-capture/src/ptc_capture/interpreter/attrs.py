@@ -16,7 +16,8 @@ from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot, store_attr
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call
-from ptc_capture.variables import NULL, DictBox, Var, const
+from ptc_capture.symbolic_sizes import concrete
+from ptc_capture.variables import NULL, DictBox, Var, const, size_var
 from ptc_spec import TensorMeta
 
 # Tensor attributes that are static under the guards (shape, dtype, device, requires_grad).
@@ -50,7 +51,9 @@ def tensor_attr(frame: Frame, obj: Var, name: str) -> Var:
     if name in _TENSOR_CONST_ATTRS:
         return const(_TENSOR_CONST_ATTRS[name](obj.meta))
     if name == "shape":
-        return Var("tuple", torch.Size, items=tuple(const(s) for s in obj.meta.shape))
+        # Dynamic dims read as symbolic sizes (the meta tensor's SymInts), static ones as ints.
+        sizes = obj.example.shape if obj.example is not None else obj.meta.shape
+        return Var("tuple", torch.Size, items=tuple(size_var(s) for s in sizes))
     if name == "T":
         dims = tuple(range(len(obj.meta.shape) - 1, -1, -1))
         return graph_call(frame, "call_method", "permute", (obj, *[const(d) for d in dims]), {})
@@ -138,6 +141,10 @@ def load_attr(frame: Frame, obj: Var, name: str) -> Var:
         fields = getattr(obj.value, "_fields", None) or obj.value.__match_args__
         if name in fields:
             return obj.items[list(fields).index(name)]
+    if kind == "sym":
+        # Attributes of a size (n.bit_length, n.real) read its value: specialized, guarded.
+        obj = const(concrete(obj.value))
+        kind = "const"
     if kind == "const":
         try:
             return from_python(getattr(obj.value, name))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dis
 
 from ptc_capture.interpreter.loop import handler
+from ptc_capture.interpreter.ops import slice_var
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
 from ptc_capture.interpreter.values import as_const, sequence_items, unpack_deferred
 from ptc_capture.variables import DictBox, ListBox, Var, const
@@ -65,6 +66,11 @@ def _set_at(frame: Frame, depth: int) -> set[object]:
 @handler("BUILD_SLICE")
 def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
     parts = frame.popn(iarg(inst))
+    if any(p.kind == "sym" for p in parts) and all(p.kind in ("const", "sym") for p in parts):
+        # A bound computed from dynamic sizes (x[:, :n]) stays symbolic: the graph slices at
+        # whatever n is at run time.
+        frame.push(slice_var(*parts, *[const(None)] * (3 - len(parts))))
+        return
     values = [as_const(p, "a slice bound") for p in parts]
     frame.push(const(slice(*values)))
 

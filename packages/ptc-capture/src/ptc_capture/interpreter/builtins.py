@@ -17,7 +17,8 @@ from ptc_capture.interpreter.calls import BUILTINS, Caller
 from ptc_capture.interpreter.ops import binary, compare, contains, getitem, unary
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, sequence_items, truth
-from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value
+from ptc_capture.symbolic_sizes import pytype_of
+from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
 
 Args = list[Var]
 Kwargs = dict[str, Var]
@@ -53,6 +54,11 @@ def python_type(var: Var) -> type:
         return var.value  # type: ignore[no-any-return]
     if kind == "ctx" and isinstance(var.value, AutocastRegion):
         return var.value.manager_type
+    if kind == "sym":
+        # A size is an int to the traced code (isinstance(n, int)), as it is in eager.
+        return pytype_of(var.value)
+    if kind == "slice":
+        return slice
     raise Unsupported(f"type of a {kind} is not known")
 
 
@@ -65,10 +71,10 @@ def _print(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 def _len(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     (value,) = args
     if value.kind == "tensor":
-        assert value.meta is not None
+        assert value.meta is not None and value.example is not None
         if not value.meta.shape:
             raise Unsupported("len() of a 0-d tensor (TypeError in eager)")
-        return const(value.meta.shape[0])
+        return size_var(value.example.shape[0])
     if value.kind == "tuple":
         return const(len(value.items))
     if value.kind in ("list", "dict"):
@@ -232,8 +238,15 @@ def _min_max(frame: Frame, args: Args, kwargs: Kwargs, pick: Callable[..., Any],
     values = sequence_items(frame, args[0]) if len(args) == 1 else list(args)
     if kwargs:
         raise Unsupported(f"{pick.__name__}() with keyword arguments")
+    if any(v.kind == "sym" for v in values) and all(_is_number(v) for v in values):
+        # max(n, 8) of sizes stays symbolic (torch.sym_max), rather than a guarded choice.
+        sym_pick: Callable[[Any, Any], Any] = torch.sym_max if pick is max else torch.sym_min
+        best = python_value(values[0])
+        for value in values[1:]:
+            best = sym_pick(best, python_value(value))
+        return from_python(best)
     if all(is_python_value(v) for v in values):
-        return from_python(pick(*[python_value(v) for v in values]))
+        return from_python(pick(*[as_const(v, pick.__name__ + "()") for v in values]))
     if any(v.kind == "tensor" for v in values):
         raise Unsupported(f"{pick.__name__}() compares tensors (data-dependent)")
     best = values[0]
@@ -275,10 +288,29 @@ def _sorted(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return from_python(sorted(values, **options))
 
 
+def _is_number(var: Var) -> bool:
+    if var.kind == "sym":
+        return not isinstance(var.value, torch.SymBool)
+    return var.kind == "const" and type(var.value) in (int, float)
+
+
+# int() and float() of a size stay symbolic (float() is torch.sym_float; int() of a float size
+# truncates with torch.sym_int); other conversions need the value and specialize it.
+_SYMBOLIC_CONVERSIONS: dict[type, Callable[[Any], Any]] = {int: torch.sym_int, float: torch.sym_float}
+
+
 def _scalar(kind: type) -> Caller:
     def convert(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         if args and args[0].kind == "tensor":
             raise Unsupported(f"{kind.__name__}() of a tensor reads its data (data-dependent)")
+        if len(args) == 1 and not kwargs and args[0].kind == "sym" and kind in _SYMBOLIC_CONVERSIONS:
+            value = args[0].value
+            if kind is int and isinstance(value, torch.SymInt):
+                return args[0]
+            if not isinstance(value, torch.SymBool):
+                return from_python(_SYMBOLIC_CONVERSIONS[kind](value))
+        if kind is bool and len(args) == 1 and args[0].kind == "sym":
+            return const(truth(args[0], frame))
         return from_python(kind(*[as_const(a, f"{kind.__name__}()") for a in args]))
 
     return convert

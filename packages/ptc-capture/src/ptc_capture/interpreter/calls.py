@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import math
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from ptc_capture.autocast_state import AutocastExit
 from ptc_capture.guards import Source
 from ptc_capture.interpreter.dispatcher_ops import binding_op, custom_op_overload, dispatcher_call, is_dispatcher_op
 from ptc_capture.interpreter.loop import handler, run_frame
+from ptc_capture.interpreter.ops import has_sym
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
 from ptc_capture.interpreter.values import as_const, from_python, graph_call, has_tensor, sequence_items
 from ptc_capture.variables import (
@@ -24,6 +26,7 @@ from ptc_capture.variables import (
     IterBox,
     Var,
     const,
+    python_value,
 )
 from ptc_spec import is_allowed_target
 
@@ -258,6 +261,10 @@ _PURE_TORCH = {
 }  # fmt: skip
 
 
+# math functions whose C implementation would specialize a SymInt (math.sqrt reads it as a
+# double), and torch's symbolic counterparts that keep it a size expression.
+_SYMBOLIC_MATH: dict[Any, Any] = {math.sqrt: torch.sym_sqrt}
+
 _FACTORIES: dict[int, bool] = {}
 
 
@@ -283,6 +290,13 @@ def torch_call(frame: Frame, fn: Any, args: list[Var], kwargs: dict[str, Var]) -
     """Record a call of a torch function (or fold it when it is pure and sees no tensor)."""
     module = getattr(fn, "__module__", None) or ""
     if module.split(".")[0] in ("math", "operator", "_operator") and not has_tensor(args) and not has_tensor(kwargs):
+        if not kwargs and any(has_sym(a) for a in args):
+            # math.floor(n / 2), operator.mul(n, 2), math.prod(x.shape): SymInts compute
+            # symbolically where they can (others, math.sqrt(n) say, specialize by themselves).
+            try:
+                return from_python(_SYMBOLIC_MATH.get(fn, fn)(*[python_value(a) for a in args]))
+            except Exception:
+                pass
         values = [as_const(a, getattr(fn, "__name__", "call")) for a in args]
         kw = {k: as_const(v, "a keyword") for k, v in kwargs.items()}
         try:
@@ -357,8 +371,9 @@ def _graph_argument(var: Var) -> bool:
         return all(_graph_argument(v) for v in var.items)
     if var.kind == "list":
         return all(_graph_argument(v) for v in var.box.items)
-    # "deferred": a call run after the graph (ptc_capture.deferred), which graph_call handles.
-    return var.kind in ("tensor", "const", "deferred")
+    # "deferred": a call run after the graph (ptc_capture.deferred), which graph_call handles;
+    # "sym"/"slice": sizes, which the graph computes from its inputs.
+    return var.kind in ("tensor", "const", "deferred", "sym", "slice")
 
 
 def tensor_method_name(value: Any) -> str | None:

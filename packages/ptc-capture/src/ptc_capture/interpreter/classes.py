@@ -31,6 +31,7 @@ from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.stack import load_cell, load_global
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const
+from ptc_capture.symbolic_sizes import concrete
 from ptc_capture.variables import DictBox, Var
 
 __all__ = ["made_in_trace", "realize"]
@@ -210,6 +211,8 @@ def realize(frame: Frame, var: Var) -> Any:
     kind = var.kind
     if kind in ("const", "function", "callable", "module", "object"):
         return var.value
+    if kind == "sym":
+        return concrete(var.value)  # a class namespace holds real values: the size is specialized
     if kind == "tuple":
         items = tuple(realize(frame, v) for v in var.items)
         if isinstance(var.value, type) and var.value is not tuple:

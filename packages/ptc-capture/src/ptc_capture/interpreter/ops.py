@@ -40,8 +40,33 @@ _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
 _TENSORS = ("tensor", "deferred")
 
 
+def has_sym(var: Var) -> bool:
+    """True when ``var`` is a symbolic size or a tuple/list/slice holding one."""
+    if var.kind == "sym":
+        return True
+    if var.kind in ("tuple", "slice"):
+        return any(has_sym(v) for v in var.items)
+    if var.kind == "list":
+        return any(has_sym(v) for v in var.box.items)
+    return False
+
+
+def _fold_symbolic(fn: Callable[..., Any], values: tuple[Var, ...]) -> Var | None:
+    # Python arithmetic and comparisons on SymInts are symbolic (the ShapeEnv simplifies them);
+    # an operation they do not support falls back to the specialized values (None).
+    try:
+        args = [python_value(v) for v in values]
+        return from_python(fn(*args))
+    except Exception:
+        return None
+
+
 def fold(fn: Callable[..., Any], *values: Var) -> Var:
-    """Apply ``fn`` to the Python values of ``values`` at trace time."""
+    """Apply ``fn`` to the Python values of ``values`` at trace time (symbolically on sizes)."""
+    if any(has_sym(v) for v in values):
+        found = _fold_symbolic(fn, values)
+        if found is not None:
+            return found
     args = [as_const(v, getattr(fn, "__name__", "operator")) for v in values]
     try:
         return from_python(fn(*args))
@@ -274,13 +299,16 @@ def _binary_slice(frame: Frame, inst: dis.Instruction) -> None:
     stop = frame.pop()
     start = frame.pop()
     obj = frame.pop()
-    frame.push(getitem(frame, obj, _slice_var(start, stop, const(None))))
+    frame.push(getitem(frame, obj, slice_var(start, stop, const(None))))
 
 
-def _slice_var(start: Var, stop: Var, step: Var) -> Var:
+def slice_var(start: Var, stop: Var, step: Var) -> Var:
+    """The Var of ``slice(start, stop, step)``: a constant, or a ``slice`` Var when a bound is a symbolic size."""
     parts = [start, stop, step]
     if all(p.kind == "const" for p in parts):
         return const(slice(start.value, stop.value, step.value))
+    if all(p.kind in ("const", "sym") for p in parts):
+        return Var("slice", items=(start, stop, step))
     raise Unsupported("slice bounds must be known at trace time")
 
 
@@ -333,7 +361,7 @@ def _store_slice(frame: Frame, inst: dis.Instruction) -> None:
     start = frame.pop()
     obj = frame.pop()
     value = frame.pop()
-    setitem(frame, obj, _slice_var(start, stop, const(None)), value)
+    setitem(frame, obj, slice_var(start, stop, const(None)), value)
 
 
 @handler("DELETE_SUBSCR")

@@ -12,10 +12,12 @@ import torch
 
 from ptc_capture.autocast_state import AutocastState
 from ptc_capture.config import Config
+from ptc_capture.dynamic import DynamicPolicy, Mark, constrain
 from ptc_capture.graph import GraphState
 from ptc_capture.guards import Guard, GuardSet, Source
 from ptc_capture.side_effects import SideEffects
 from ptc_capture.variables import CellBox, Var, wrap
+from ptc_spec import symbolic
 
 __all__ = ["CaptureState", "Frame", "Unsupported", "UserLocation", "iarg"]
 
@@ -82,6 +84,10 @@ class CaptureState:
     """id(closure Var or CellBox) -> the real function or cell made from it for a class created in the trace."""
     closure_of: dict[int, Var] = field(default_factory=dict)
     """id(real function made from a closure Var) -> that Var: calling the function traces the closure."""
+    dynamic: DynamicPolicy = field(default_factory=DynamicPolicy)
+    """Which input dims become symbolic (see ptc_capture.dynamic)."""
+    marks: list[tuple[Mark, Any]] = field(default_factory=list)
+    """Dims marked dynamic, with their symbols: the trace must not fix them (checked at the end)."""
 
     def graph_input(self, tensor: torch.Tensor, source: Source | None) -> Var:
         """Return the Var of a real tensor read from ``source`` (one placeholder per tensor object)."""
@@ -93,12 +99,35 @@ class CaptureState:
         ty = type(tensor)
         if ty not in (torch.Tensor, torch.nn.Parameter):
             raise Unsupported(f"tensor subclass {ty.__name__} is not supported")
-        expected = (ty, tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()), tensor.requires_grad)
+        request = self.dynamic.request(tensor, source)
+        try:
+            var = self.graph.placeholder(tensor, source, request.dims)
+        except ValueError:
+            # Not a dense layout (a strided slice): its strides cannot follow symbolic sizes, so
+            # it stays static (a marked dim then fails in constrain, naming the reason).
+            var = self.graph.placeholder(tensor, source)
+        assert var.meta is not None
+        for mark in request.marks:
+            size = var.meta.shape[mark.dim]
+            constrain(self.graph.shape_env, mark, size)
+            self.marks.append((mark, size))
+        # Dynamic dims are guarded through their symbols (read from these dims, checked by the
+        # ShapeEnv's guards at the end of the guard function), static dims by value.
+        expected = (ty, tensor.dtype, tensor.device, var.meta.shape, var.meta.stride, tensor.requires_grad)
         self.guards.add(Guard("tensor", source, expected))
-        var = self.graph.placeholder(tensor, source)
         self.tensors[id(tensor)] = var
         self.keepalive.append(tensor)
         return var
+
+    def int_input(self, value: int, source: Source) -> Var | None:
+        """The Var of an int argument that is a size symbol in this capture (see ptc_capture.dynamic), else None."""
+        if not self.dynamic.int_is_dynamic(value, source):
+            return None
+        env = self.graph.shape_env
+        sym = env.create_symbol(value)
+        self.guards.add(Guard("int_symbol", source, sym.name))
+        self.graph.sizes.add_int_input(sym, source)
+        return Var("sym", symbolic(sym, env), source=source)
 
     def keepalive_tensor(self, var: Var) -> torch.Tensor:
         """The real tensor behind a graph input Var."""

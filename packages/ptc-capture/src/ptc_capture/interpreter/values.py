@@ -13,7 +13,8 @@ from ptc_capture.graph import MetaFailure
 from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
 from ptc_capture.logs import channel
-from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
+from ptc_capture.symbolic_sizes import SYM_TYPES, concrete
+from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value, size_var
 
 __all__ = [
     "as_const", "from_python", "graph_call", "has_tensor", "is_plain_tuple", "key_var", "sequence_items", "truth",
@@ -26,6 +27,8 @@ _deferred_log = channel("graph_breaks")
 def from_python(value: Any) -> Var:
     """A Var (without source) for a value computed at trace time."""
     ty = type(value)
+    if isinstance(value, SYM_TYPES):
+        return size_var(value)
     if isinstance(value, torch.Tensor):
         raise Unsupported("a tensor was produced outside the graph at trace time")
     if ty is tuple or ty is torch.Size:
@@ -64,9 +67,12 @@ def has_tensor(values: Any) -> bool:
 
 
 def as_const(var: Var, what: str) -> Any:
-    """The Python value of ``var``; a graph break when it has none (e.g. a tensor)."""
+    """The Python value of ``var``; a graph break when it has none (e.g. a tensor).
+
+    Symbolic sizes in it are specialized: their values at the example sizes, guarded.
+    """
     try:
-        return python_value(var)
+        return concrete(python_value(var))
     except TypeError:
         raise Unsupported(f"{what} needs a Python value but got a {var.kind}") from None
 
@@ -79,6 +85,10 @@ def truth(var: Var, frame: Frame | None = None) -> bool:
     kind = var.kind
     if kind == "tensor":
         raise Unsupported("data-dependent control flow: the truth value of a tensor decides a branch")
+    if kind == "sym":
+        # A branch on a size: decided at the example sizes, guarded by the ShapeEnv.
+        value = var.value
+        return bool(value if isinstance(value, torch.SymBool) else value != 0)
     if kind == "tuple":
         return len(var.items) > 0
     if kind in ("list", "dict"):
@@ -111,7 +121,8 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
         assert var.meta is not None
         if not var.meta.shape:
             raise Unsupported("iteration over a 0-d tensor")
-        count = var.meta.shape[0]
+        # Unrolling needs the count: a dynamic first dim is specialized (guarded), as in torch.compile.
+        count = concrete(var.example.shape[0]) if var.example is not None else var.meta.shape[0]
         if not isinstance(count, int):
             raise Unsupported("iteration over a tensor with a symbolic first dimension")
         return [graph_call(frame, "call_function", operator.getitem, (var, const(i)), {}) for i in range(count)]

@@ -23,12 +23,14 @@ from ..scheduler import Kernel, Schedule
 
 @dataclass(frozen=True, slots=True)
 class KernelCall:
-    """How the wrapper calls one kernel: ``fn(*args)`` over ``params`` (buffer names)."""
+    """How the wrapper calls one kernel: ``fn(*buffers, *sizes)`` over ``params`` (buffer names),
+    then the values of the size symbols named in ``sizes`` (ints, read once per call)."""
 
     name: str
     fn: Callable[..., Any]
     params: tuple[str, ...]
     pointers: bool
+    sizes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,7 @@ class Backend(Protocol):
 def cpp_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], config: Config) -> BackendOutput:
     """The C++/OpenMP backend: one translation unit per graph, built with g++, called through ctypes."""
     from ..build import load_library
-    from .cpp import generate_kernel, generate_source
+    from .cpp_kernel import generate_kernel, generate_source
 
     kernels = [generate_kernel(k, buffers, sched.accesses, config, plan.local) for k in sched.kernels]
     source = generate_source(kernels)
@@ -61,9 +63,12 @@ def cpp_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], c
     calls: dict[str, KernelCall] = {}
     for k in kernels:
         fn = getattr(library, k.name)
-        fn.argtypes = [ctypes.c_void_p] * len(k.params)
+        # Sizes (int64_t) go through ctypes as pointer-sized integers: ctypes converts those
+        # about twice as fast as c_int64, and an LP64 ABI passes both alike (the generated
+        # source asserts the sizes match).
+        fn.argtypes = [ctypes.c_void_p] * (len(k.params) + len(k.sizes))
         fn.restype = None
-        calls[k.name] = KernelCall(k.name, fn, k.params, True)
+        calls[k.name] = KernelCall(k.name, fn, k.params, True, k.sizes)
     return BackendOutput(calls, source, path)
 
 
@@ -86,7 +91,7 @@ def triton_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer]
     if not kernels:
         return BackendOutput({}, "", None)
     launchers = load_launchers(kernels, triton_options(config), kernel_device(sched.kernels[0]), config)
-    calls = {k.name: KernelCall(k.name, launchers[k.name], k.params, False) for k in kernels}
+    calls = {k.name: KernelCall(k.name, launchers[k.name], k.params, False, k.sizes) for k in kernels}
     return BackendOutput(calls, "\n\n".join(k.source for k in kernels), None)
 
 

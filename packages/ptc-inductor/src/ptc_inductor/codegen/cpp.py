@@ -1,8 +1,8 @@
-"""C++/OpenMP code generation: one ``ops`` handler emitting C++ per node, and the loop nests."""
+"""C++/OpenMP code generation: the ``ops`` handler emitting one node's C++ (the loop nests
+around it are ``cpp_kernel.py``'s)."""
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,15 +11,13 @@ from typing import Any
 import sympy
 import torch
 
-from ..analysis import node_vars
-from ..config import Config
+from .. import sizes
 from ..errors import CodegenError
-from ..indexing import Expr, contiguous_strides, indirect_symbol, xvar
-from ..ir import Buffer, ComputedNode
-from ..scheduler import Kernel
-from ..virtualized import set_ops_handler
-from .cpp_index import cconst, cexpr, compute_ctype, storage_ctype
-from .cpp_prelude import PRELUDE
+from ..indexing import Expr, contiguous_strides, indirect_symbol
+from ..ir import Buffer
+from ..sizes import Size
+from .cpp_index import cconst, compute_ctype, storage_ctype
+from .index_print import CPP, IndexPrinter
 
 _UNARY = {
     "exp": "ptc_exp({0})",
@@ -118,7 +116,7 @@ _COMBINE = {
     "welford": "{acc} = ptc_welford_add({acc}, {v});",
 }
 
-_MERGE = {
+MERGE = {
     "sum": "{a} += {b};",
     "prod": "{a} *= {b};",
     "max": "{a} = ptc_max({a}, {b});",
@@ -135,14 +133,14 @@ _COSTLY_OPS = frozenset({
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "lgamma", "digamma", "i0",
 })
-"""Ops worth a store and a load to avoid computing twice (a row buffer, see _RowCache)."""
+"""Ops worth a store and a load to avoid computing twice (a row buffer, see RowCache)."""
 
-_ROW_CACHE_MAX = 8192
+ROW_CACHE_MAX = 8192
 """Most elements of one row buffer: it lives on each thread's stack and should stay in L1/L2."""
 
 _TMP_NAME = re.compile(r"\btmp\d+\b")
 
-_SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "ptc_max", "min": "ptc_min"}
+SIMD_REDUCTION = {"sum": "+", "prod": "*", "max": "ptc_max", "min": "ptc_min"}
 """Reductions whose accumulator OpenMP can split across vector lanes."""
 
 
@@ -170,7 +168,7 @@ def _reduction_init(rtype: str, dtype: torch.dtype, src_dtype: torch.dtype) -> t
 
 
 @dataclass
-class _RowValue:
+class RowValue:
     """The costly per-element input of a row reduction, as a later node of the kernel would key it."""
 
     key: str
@@ -180,7 +178,7 @@ class _RowValue:
 
 
 @dataclass
-class _RowCache:
+class RowCache:
     """A row reduction's input kept in a per-thread array, so later nodes over the row read it.
 
     Softmax is the case: sum(exp(x - max)) then exp(x - max) / sum computes exp twice per
@@ -188,9 +186,9 @@ class _RowCache:
     """
 
     array: str
-    value: _RowValue
+    value: RowValue
     ranges: tuple[int, ...]
-    code: _NodeCode
+    code: NodeCode
     used: bool = False
 
 
@@ -202,7 +200,7 @@ class _Acc:
     init: str
 
 
-class _NodeCode:
+class NodeCode:
     """The C++ of one node: statements before, inside and after its innermost loop."""
 
     def __init__(self) -> None:
@@ -210,16 +208,16 @@ class _NodeCode:
         self.body: list[str] = []
         self.suffix: list[str] = []
         self.accs: list[_Acc] = []
-        self.row_value: _RowValue | None = None
+        self.row_value: RowValue | None = None
         self.stores: set[str] = set()
 
 
 class CppOps:
-    """The ``ops`` handler that emits C++ statements for one node into a _NodeCode."""
+    """The ``ops`` handler that emits C++ statements for one node into a NodeCode."""
 
     def __init__(
         self,
-        code: _NodeCode,
+        code: NodeCode,
         buffers: dict[str, Buffer],
         names: Callable[[], str],
         rvars: Sequence[Expr],
@@ -228,10 +226,14 @@ class CppOps:
         hoist: frozenset[sympy.Symbol] | None,
         local: frozenset[str] = frozenset(),
         canon: dict[sympy.Symbol, sympy.Symbol] | None = None,
-        row_reads: dict[str, _RowCache] | None = None,
+        row_reads: dict[str, RowCache] | None = None,
         row_index: str = "",
+        printer: IndexPrinter | None = None,
     ) -> None:
         self.code = code
+        # Prints indices and records the size symbols they use (the kernel's size parameters).
+        self.p = printer if printer is not None else IndexPrinter(CPP)
+        self.sizes = sizes.current()
         self.local = local
         self.hoist = hoist
         self.hoisted: dict[str, str] = {}
@@ -289,18 +291,19 @@ class CppOps:
     def _canon_ref(self, ref: str, index: Expr, name: str) -> str | None:
         if self.canon is None:
             return None
-        return ref.replace(f"{name}[{cexpr(index)}]", f"{name}[{cexpr(sympy.expand(index.subs(self.canon)))}]")
+        return ref.replace(f"{name}[{self.p(index)}]", f"{name}[{self.p(sympy.expand(index.subs(self.canon)))}]")
 
     def load(self, name: str, index: Expr) -> str:
         if name in self.local:
             return f"{name}_v"
         dtype = self.buffers[name].layout.dtype
-        ref = f"{name}[{cexpr(index)}]"
+        ref = f"{name}[{self.p(index)}]"
         if dtype == torch.bfloat16:
             ref = f"ptc_bf16_to_float({ref})"
         elif dtype == torch.float16:
             ref = f"ptc_half_to_float({ref})"
-        if self.hoist is not None and self.masked_depth == 0 and index.free_symbols <= self.hoist:
+        loop_vars = {s for s in index.free_symbols if not self.sizes.is_symbol(s)}
+        if self.hoist is not None and self.masked_depth == 0 and loop_vars <= self.hoist:
             # Loop-invariant loads go before the inner loops: gcc will not vectorize a
             # loop that re-reads them, and they cost nothing there.
             found = self.hoisted.get(ref)
@@ -326,13 +329,13 @@ class CppOps:
             v = f"ptc_float_to_half(static_cast<float>({value}))"
         else:
             v = f"static_cast<{storage_ctype(dtype)}>({value})"
-        self.lines.append(f"{name}[{cexpr(index)}] = {v};")
+        self.lines.append(f"{name}[{self.p(index)}] = {v};")
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
         return self._emit(cconst(value, dtype))
 
     def index_expr(self, expr: Expr, dtype: torch.dtype) -> str:
-        return self._emit(f"static_cast<{compute_ctype(dtype)}>({cexpr(sympy.expand(expr))})")
+        return self._emit(f"static_cast<{compute_ctype(dtype)}>({self.p(sympy.expand(expr))})")
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
         if dtype == torch.bfloat16:
@@ -362,9 +365,9 @@ class CppOps:
         )
         return name
 
-    def indirect_indexing(self, value: str, size: int) -> sympy.Symbol:
+    def indirect_indexing(self, value: str, size: Size) -> sympy.Symbol:
         name = self._fresh()
-        self.lines.append(f"int64_t {name} = ptc_wrap_index({value}, {size});")
+        self.lines.append(f"int64_t {name} = ptc_wrap_index({value}, {self.p(size)});")
         return indirect_symbol(name)
 
     def rand(self, seed: str, offset: str) -> str:
@@ -382,8 +385,8 @@ class CppOps:
         target = f"{acc}_part" if self.partial else acc
         key = self.keys.get(value)
         if key is not None and value in self.costly and src_dtype.is_floating_point and self.code.row_value is None:
-            self.code.row_value = _RowValue(key, value, compute_ctype(src_dtype), cexpr(sympy.expand(flat)))
-        self.lines.append(_COMBINE[rtype].format(acc=target, v=value, i=cexpr(sympy.expand(flat))))
+            self.code.row_value = RowValue(key, value, compute_ctype(src_dtype), self.p(sympy.expand(flat)))
+        self.lines.append(_COMBINE[rtype].format(acc=target, v=value, i=self.p(sympy.expand(flat))))
         self.lines = self.code.suffix
         self.cse = {}
         if rtype in ("argmax", "argmin"):
@@ -401,257 +404,3 @@ class CppOps:
             fmt2 = _BINARY[name]
             return lambda a, b: self._emit(fmt2.format(a, b))
         raise CodegenError(f"the C++ backend has no op '{name}'")
-
-
-@dataclass(frozen=True, slots=True)
-class CppKernel:
-    """Generated source of one kernel and the buffers it takes, in parameter order."""
-
-    name: str
-    source: str
-    params: tuple[str, ...]
-
-
-def _loop(var: str, size: int) -> str:
-    return f"for (int64_t {var} = 0; {var} < {size}; ++{var})"
-
-
-def _numel(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
-
-
-class _KernelWriter:
-    def __init__(self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, local: frozenset[str]) -> None:
-        self.kernel = kernel
-        self.local = frozenset(b.name for n in kernel.nodes for b in n.outputs if b.name in local)
-        self.buffers = buffers
-        self.config = config
-        self.counter = itertools.count()
-        self.lines: list[str] = []
-        self.indent = 1
-
-    def fresh(self) -> str:
-        return f"tmp{next(self.counter)}"
-
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self.indent + text)
-
-    def braced(self, body: Sequence[str], prefix: str = "") -> None:
-        """``body`` as one C++ block (each line after ``prefix``, the block's own indent)."""
-        self.line(prefix + "{")
-        for text in body:
-            self.line(prefix + "    " + text)
-        self.line(prefix + "}")
-
-    def node_code(
-        self, node: ComputedNode, partial: bool = False, outer: int | None = None, row_reads: dict[str, _RowCache] | None = None
-    ) -> _NodeCode:
-        """Run ``node``'s body through CppOps; loads that only use the first ``outer`` loop vars are hoisted.
-
-        With ``row_reads`` (only below ``outer`` shared loops), values keyed there are read from
-        their row buffers instead of computed again.
-        """
-        code = _NodeCode()
-        xs, rs = node_vars(node)
-        hoist = None if outer is None else frozenset(xvar(i) for i in range(outer))
-        canon: dict[sympy.Symbol, sympy.Symbol] | None = None
-        row_index = ""
-        if row_reads is not None and outer is not None:
-            inner = rs if node.is_reduction else xs[outer:]
-            canon = {v: sympy.Symbol(f"c{i}", integer=True, nonnegative=True) for i, v in enumerate(inner)}
-            sizes = node.reduction_ranges if node.is_reduction else node.ranges[outer:]
-            flat = sum((v * st for v, st in zip(inner, contiguous_strides(sizes))), sympy.Integer(0))
-            row_index = cexpr(sympy.expand(flat))
-        handler = CppOps(
-            code, self.buffers, self.fresh, rs, node.reduction_ranges, partial, hoist, self.local, canon, row_reads, row_index
-        )
-        with set_ops_handler(handler):
-            node.body(xs, rs)
-        return code
-
-    def comment(self, node: ComputedNode) -> None:
-        what = node.reduction_type or node.kind
-        self.line(f"// {node.name}: {what} over {list(node.ranges)}"
-                  + (f" x {list(node.reduction_ranges)}" if node.reduction_ranges else "")
-                  + f", from graph node(s) {', '.join(node.origins)}")
-
-    def emit_inner(self, node: ComputedNode, k: int, code: _NodeCode | None = None) -> None:
-        """Emit ``node``'s loops below the kernel's ``k`` shared outer loops (``code``: its body, if made already)."""
-        self.comment(node)
-        if code is None:
-            code = self.node_code(node, outer=k)
-        self.line("{")
-        self.indent += 1
-        for text in code.prefix:
-            self.line(text)
-        if node.is_reduction:
-            simd = len(code.accs) == 1 and code.accs[0].rtype in _SIMD_REDUCTION
-            for i, size in enumerate(node.reduction_ranges):
-                if i == len(node.reduction_ranges) - 1 and simd:
-                    op = _SIMD_REDUCTION[code.accs[0].rtype]
-                    self.line(f"#pragma omp simd reduction({op}:{code.accs[0].name})")
-                self.line(_loop(f"r{i}", size))
-            self.braced(code.body)
-            for text in code.suffix:
-                self.line(text)
-        else:
-            inner = node.ranges[k:]
-            for i, size in enumerate(inner):
-                if i == len(inner) - 1:
-                    self.line("#pragma omp simd")
-                self.line(_loop(f"x{k + i}", size))
-            self.braced(code.body)
-        self.indent -= 1
-        self.line("}")
-
-    def emit_partial_reduction(self, node: ComputedNode, parallel: bool) -> None:
-        """A whole-tensor reduction: per-thread partial accumulators merged at the end."""
-        self.comment(node)
-        code = self.node_code(node, partial=parallel, outer=0)
-        self.line("{")
-        self.indent += 1
-        for text in code.prefix:
-            self.line(text)
-        loops = [_loop(f"r{i}", s) for i, s in enumerate(node.reduction_ranges)]
-        if parallel:
-            self.line("#pragma omp parallel")
-            self.line("{")
-            for a in code.accs:
-                self.line(f"    {a.ctype} {a.name}_part = {a.init};")
-            self.line(f"    #pragma omp for collapse({len(loops)}) nowait")
-        for text in loops:
-            self.line(("    " if parallel else "") + text)
-        self.braced(code.body, "    " if parallel else "")
-        if parallel:
-            self.line("    #pragma omp critical")
-            self.line("    {")
-            for a in code.accs:
-                self.line("        " + _MERGE[a.rtype].format(a=a.name, b=f"{a.name}_part"))
-            self.line("    }")
-            self.line("}")
-        for text in code.suffix:
-            self.line(text)
-        self.indent -= 1
-        self.line("}")
-
-    def row_shared_codes(self, k: int) -> tuple[list[_NodeCode], list[_RowCache]]:
-        """Every node's code below ``k`` shared loops, with costly row-reduction inputs kept in row buffers.
-
-        A cache is offered only to later nodes over the same inner ranges, and is dropped once a
-        node in between writes a buffer its value reads.
-        """
-        codes: list[_NodeCode] = []
-        caches: list[_RowCache] = []
-        live: list[_RowCache] = []
-        for node in self.kernel.nodes:
-            inner = tuple(node.reduction_ranges if node.is_reduction else node.ranges[k:])
-            reads = {c.value.key: c for c in live if c.ranges == inner}
-            code = self.node_code(node, outer=k, row_reads=reads)
-            live = [c for c in live if not any(f"{name}[" in c.value.key for name in code.stores)]
-            value = code.row_value
-            if value is not None and _numel(inner) <= _ROW_CACHE_MAX:
-                cache = _RowCache(f"row{len(caches)}", value, inner, code)
-                caches.append(cache)
-                live.append(cache)
-            codes.append(code)
-        for cache in caches:
-            if cache.used:
-                cache.code.body.append(f"{cache.array}[{cache.value.index}] = {cache.value.name};")
-        return codes, [c for c in caches if c.used]
-
-    def declare_locals(self) -> None:
-        """Declare the kernel-local buffers: one value per outer point, kept out of memory."""
-        for name in sorted(self.local):
-            self.line(f"{compute_ctype(self.buffers[name].layout.dtype)} {name}_v;")
-
-    def work(self) -> int:
-        return sum(_numel(n.ranges) * max(_numel(n.reduction_ranges), 1) for n in self.kernel.nodes)
-
-    def emit_body(self) -> None:
-        kernel = self.kernel
-        outer = kernel.outer
-        parallel = self.work() >= self.config.parallel_min_work
-        flat_pointwise = all(not n.is_reduction and n.ranges == outer for n in kernel.nodes) and len(outer) >= 1
-        if not outer:
-            self.declare_locals()
-            for node in kernel.nodes:
-                if node.is_reduction and node.reduction_ranges:
-                    self.emit_partial_reduction(node, parallel and _numel(node.reduction_ranges) >= self.config.parallel_min_work)
-                else:
-                    self.emit_inner(node, 0)
-            return
-        if flat_pointwise:
-            # Every node covers the same points: one loop nest, all bodies in its innermost loop.
-            k = len(outer)
-            for i, size in enumerate(outer):
-                if i == 0 and parallel:
-                    collapse = f" collapse({k - 1})" if k > 2 else ""
-                    self.line(f"#pragma omp parallel for{collapse}" if k > 1 else "#pragma omp parallel for simd")
-                if i == k - 1 and k > 1:
-                    self.line("#pragma omp simd")
-                if i == 0 and k == 1 and not parallel:
-                    self.line("#pragma omp simd")
-                self.line(_loop(f"x{i}", size))
-            self.line("{")
-            self.indent += 1
-            for node in kernel.nodes:
-                self.comment(node)
-                code = self.node_code(node)
-                self.braced(code.body)
-            self.indent -= 1
-            self.line("}")
-            return
-        k = len(outer)
-        if parallel:
-            self.line(f"#pragma omp parallel for collapse({k})" if k > 1 else "#pragma omp parallel for")
-        for i, size in enumerate(outer):
-            self.line(_loop(f"x{i}", size))
-        self.line("{")
-        self.indent += 1
-        self.declare_locals()
-        codes, rows = self.row_shared_codes(k)
-        for row in rows:
-            self.line(f"alignas(64) {row.value.ctype} {row.array}[{_numel(row.ranges)}];")
-        for node, code in zip(kernel.nodes, codes):
-            self.emit_inner(node, k, code)
-        self.indent -= 1
-        self.line("}")
-
-    def params(self, accesses: dict[str, Any]) -> tuple[list[str], set[str]]:
-        names: list[str] = []
-        written: set[str] = set()
-        for node in self.kernel.nodes:
-            acc = accesses[node.name]
-            for name, _ in acc.loads:
-                if name not in names and name not in self.local:
-                    names.append(name)
-            for name, _ in acc.stores:
-                written.add(name)
-                if name not in names and name not in self.local:
-                    names.append(name)
-        return names, written
-
-
-def generate_kernel(
-    kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config, local: frozenset[str] = frozenset()
-) -> CppKernel:
-    """Generate the C++ function of one kernel; buffers in ``local`` become C++ locals."""
-    writer = _KernelWriter(kernel, buffers, config, local)
-    writer.emit_body()
-    names, written = writer.params(accesses)
-    params = []
-    for name in names:
-        ct = storage_ctype(buffers[name].layout.dtype)
-        const = "" if name in written else "const "
-        params.append(f"{const}{ct}* __restrict__ {name}")
-    head = f'extern "C" void {kernel.name}({", ".join(params)})'
-    source = "\n".join([head, "{", *writer.lines, "}", ""])
-    return CppKernel(kernel.name, source, tuple(names))
-
-
-def generate_source(kernels: Sequence[CppKernel]) -> str:
-    """The whole translation unit of a graph: the prelude, then every kernel."""
-    return PRELUDE + "\n" + "\n".join(k.source for k in kernels)

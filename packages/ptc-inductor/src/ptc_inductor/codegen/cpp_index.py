@@ -8,6 +8,7 @@ import sympy
 import torch
 
 from ..errors import CodegenError
+from .index_print import CPP, IndexPrinter
 
 STORAGE_CTYPES = {
     torch.float32: "float",
@@ -38,33 +39,9 @@ def compute_ctype(dtype: torch.dtype) -> str:
     return storage_ctype(dtype)
 
 
-def cexpr(e: sympy.Expr) -> str:
+def cexpr(e: sympy.Expr | int) -> str:
     """A C++ int64 expression for the index ``e`` (all intermediate values are non-negative)."""
-    if e.is_Integer:
-        v = int(e)
-        return f"{v}LL" if abs(v) >= 2**31 else str(v)
-    if e.is_Symbol:
-        return str(e.name)
-    if e.is_Add:
-        return "(" + " + ".join(cexpr(a) for a in e.as_ordered_terms()) + ")"
-    if e.is_Mul:
-        coeff, rest = e.as_coeff_Mul()
-        if not coeff.is_Integer:
-            raise CodegenError(f"index {e} has a fractional coefficient")
-        factors = [cexpr(a) for a in sympy.Mul.make_args(rest)]
-        if coeff != 1:
-            factors.insert(0, cexpr(coeff))
-        return "(" + "*".join(factors) + ")"
-    if isinstance(e, sympy.floor):
-        num, den = sympy.fraction(sympy.together(e.args[0]))
-        if not den.is_Integer:
-            raise CodegenError(f"index {e} divides by a non-constant")
-        return f"({cexpr(sympy.expand(num))} / {cexpr(den)})"
-    if isinstance(e, sympy.Mod):
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"
-    if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-        return "(" + "*".join([cexpr(e.base)] * int(e.exp)) + ")"
-    raise CodegenError(f"cannot print index expression {e} as C++")
+    return IndexPrinter(CPP)(e)
 
 
 def cconst(value: object, dtype: torch.dtype) -> str:

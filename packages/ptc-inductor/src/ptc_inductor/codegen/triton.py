@@ -15,6 +15,7 @@ partial result in the same tile's lanes; the partials are stored once per chunk.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,15 +23,18 @@ from typing import Any
 import sympy
 import torch
 
+from .. import sizes
 from ..analysis import node_vars
 from ..config import Config
 from ..errors import CodegenError
 from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar, xvar
 from ..ir import Buffer, ComputedNode
 from ..scheduler import CHUNK, ROW, Kernel, partial_index
+from ..sizes import Size, equal, known_multiple, static_value, upper_bound
 from ..virtualized import set_ops_handler
 from . import triton_heuristics as heur
-from .triton_index import compute_dtype, tconst, texpr, tl_dtype
+from .index_print import PYTHON, TRITON, IndexPrinter
+from .triton_index import compute_dtype, tconst, tl_dtype
 from .triton_math import BINARY, BOOL_RESULT, PRELUDE, UNARY
 from .triton_reduction import emit_reduction, emit_row_accumulation
 
@@ -46,6 +50,10 @@ class TritonKernel:
     largest flattened inner range (0 for flat kernels); ``rblock`` the fixed RBLOCK of a
     persistent kernel (0 otherwise); ``strided`` is set when a reduction reads memory that is
     not contiguous along its reduced dim (a column sum), which wants tall tiles.
+
+    With symbolic sizes, ``xnumel`` and ``rnumel`` are expressions over the size symbols named
+    in ``sizes`` (the kernel's int64 arguments, after the pointers): the launcher computes the
+    grid from them at each call; block sizes are chosen from ``xnumel_hint``/``rnumel_hint``.
     """
 
     name: str
@@ -53,29 +61,21 @@ class TritonKernel:
     params: tuple[str, ...]
     param_dtypes: tuple[torch.dtype, ...]
     style: str
-    xnumel: int
-    rnumel: int
+    xnumel: Size
+    rnumel: Size
     rblock: int
     index_dtype: str
     strided: bool = False
     origins: tuple[str, ...] = ()
+    sizes: tuple[str, ...] = ()
+    xnumel_source: str = ""
+    """``xnumel`` as a Python expression over the ``sizes`` names (empty when static)."""
+    xnumel_hint: int = 0
+    rnumel_hint: int = 0
 
 
-def _numel(sizes: Sequence[int]) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
-
-
-def _unravel(flat: str, sizes: Sequence[int], names: Sequence[str]) -> list[str]:
-    """Lines defining ``names`` as the row-major multi-index of ``flat`` over ``sizes``."""
-    out = []
-    strides = contiguous_strides(sizes)
-    for i, (name, size, stride) in enumerate(zip(names, sizes, strides)):
-        q = flat if stride == 1 else f"({flat} // {stride})"
-        out.append(f"{name} = {q}" if i == 0 else f"{name} = {q} % {size}")
-    return out
+def _numel(dims: Sequence[Size]) -> Size:
+    return sizes.normalize(math.prod(dims))
 
 
 @dataclass
@@ -91,7 +91,7 @@ class Section:
 class TritonOps:
     """The ``ops`` handler emitting Triton statements for one node into a Section."""
 
-    def __init__(self, writer: _KernelWriter, node: ComputedNode, section: Section, inner: tuple[int, ...]) -> None:
+    def __init__(self, writer: _KernelWriter, node: ComputedNode, section: Section, inner: tuple[Size, ...]) -> None:
         self.w = writer
         self.node = node
         self.section = section
@@ -104,6 +104,7 @@ class TritonOps:
         self.inner_vars: list[Expr] = list(rs) if node.is_reduction else list(xs[k:])
         self.xmask = writer.xmask
         self.rmask: str | None = writer.rmask_for(_numel(inner)) if inner else None
+        self.p = writer.p
         self.extra_masks: list[str] = []
         self.in_loop = writer.style == "looped" and bool(inner)
         # Where every node's lines share one scope, a value loaded once serves later nodes too.
@@ -143,7 +144,7 @@ class TritonOps:
         parts = [m for m in (self.xmask, self.rmask) if m] + self.extra_masks
         return " & ".join(parts) if parts else None
 
-    def _forward_key(self, name: str, index: Expr) -> tuple[str, str, tuple[int, ...]] | None:
+    def _forward_key(self, name: str, index: Expr) -> tuple[str, str, tuple[Size, ...]] | None:
         uses_inner = bool(index.free_symbols & set(self.inner_vars))
         if uses_inner and self.in_loop:
             return None
@@ -165,7 +166,7 @@ class TritonOps:
         self.w.params.setdefault(name, None)
         mask = self.mask_for(index)
         extra = f", {mask}, other=0" if mask else ""
-        where = texpr(index)
+        where = self.p(index)
         if mask and not index.free_symbols & (self.outer_syms | set(self.inner_vars)):
             # One element read under a masked() region's block mask: Triton takes a block mask
             # only with a block of pointers, so the pointer is widened to the mask's shape.
@@ -190,8 +191,8 @@ class TritonOps:
         elif self.dtype_of(value) != dtype:
             v = f"{value}.to({tl_dtype(dtype)})"
         mask = self.mask_for(index)
-        where = texpr(index)
-        if self.w.style != "flat" and not index.free_symbols:
+        where = self.p(index)
+        if self.w.style != "flat" and not self.w.loop_symbols(index):
             # A reduced value is an [XBLOCK, 1] block; Triton stores blocks only through blocks
             # of pointers, so the constant index is widened to xindex's shape.
             where = f"{where} + tl.zeros_like(xindex)"
@@ -208,7 +209,7 @@ class TritonOps:
         expr = sympy.expand(expr)
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
-        return self._emit(f"({texpr(expr)}).to({tl_dtype(compute_dtype(dtype))})", compute_dtype(dtype))
+        return self._emit(f"({self.p(expr)}).to({tl_dtype(compute_dtype(dtype))})", compute_dtype(dtype))
 
     def to_dtype(self, x: str, dtype: torch.dtype) -> str:
         if dtype == torch.bool:
@@ -239,9 +240,10 @@ class TritonOps:
         result = self.to_dtype(result, cd) if self.dtype_of(result) != cd else result
         return self._emit(f"tl.where({mask}, {result}, {tconst(other, dtype)})", cd)
 
-    def indirect_indexing(self, value: str, size: int) -> sympy.Symbol:
+    def indirect_indexing(self, value: str, size: Size) -> sympy.Symbol:
         # Negative indices count from the end, as in eager.
-        name = self._emit(f"tl.where({value} < 0, {value} + {size}, {value})", self.dtype_of(value))
+        n = self.p(size)
+        name = self._emit(f"tl.where({value} < 0, {value} + {n}, {value})", self.dtype_of(value))
         return indirect_symbol(name)
 
     def rand(self, seed: str, offset: str) -> str:
@@ -290,7 +292,7 @@ class _PartialOps(TritonOps):
     """Emits a split column reduction inside a row loop: its chunk (x0) is the loop's ``pc``, its
     row within the chunk (r0) is ``rr``, and its columns are the tile's lanes."""
 
-    def __init__(self, writer: _KernelWriter, node: ComputedNode, section: Section, inner: tuple[int, ...]) -> None:
+    def __init__(self, writer: _KernelWriter, node: ComputedNode, section: Section, inner: tuple[Size, ...]) -> None:
         super().__init__(writer, node, section, inner)
         xs, _ = node_vars(node)
         self.outer_syms = set()
@@ -316,7 +318,7 @@ class _PartialOps(TritonOps):
         self.after_loop = True
         return result
 
-    def _forward_key(self, name: str, index: Expr) -> tuple[str, str, tuple[int, ...]] | None:
+    def _forward_key(self, name: str, index: Expr) -> tuple[str, str, tuple[Size, ...]] | None:
         return None if self.after_loop else super()._forward_key(name, index)
 
 
@@ -329,15 +331,22 @@ class _KernelWriter:
         self.dtypes: dict[str, torch.dtype] = {}
         self.params: dict[str, None] = {}
         self.written: set[str] = set()
-        self.forwarded: dict[tuple[str, str, tuple[int, ...]], str] = {}
+        self.forwarded: dict[tuple[str, str, tuple[Size, ...]], str] = {}
         # Buffers some node of this kernel stores to: their loads are never reused (a store
         # in between would make them stale); the stored values are forwarded instead.
         self.stored = stored
+        # Prints indices and sizes; records the size symbols used (the kernel's int64 arguments).
+        self.p = IndexPrinter(TRITON)
+        self.sizes = sizes.current()
         k = len(kernel.outer)
         self.xnumel = _numel(kernel.outer)
         self.inners = [n.reduction_ranges if n.is_reduction else n.ranges[k:] for n in kernel.row_nodes]
         self.inners += [n.ranges[1:] for n in kernel.partial_nodes]
-        self.rnumel = max((_numel(r) for r in self.inners if r), default=0)
+        inner_numels = [_numel(r) for r in self.inners if r]
+        self.rnumel: Size = max(inner_numels, key=sizes.hint, default=0)
+        # A persistent tile must hold every inner range at every size: only a bounded one fits.
+        tops = [upper_bound(n) for n in inner_numels]
+        top = None if any(t is None for t in tops) else max((t for t in tops if t is not None), default=0)
         flat = k >= 1 and all(not n.is_reduction and not inner for n, inner in zip(kernel.nodes, self.inners))
         # A row loop's grid runs over chunks of rows, each ``chunk`` rows long.
         self.chunks, self.chunk = (kernel.partial_nodes[0].ranges[0], kernel.partial_nodes[0].reduction_ranges[0]) if kernel.partials else (0, 0)
@@ -345,17 +354,17 @@ class _KernelWriter:
             self.style = "rowloop"
         elif flat:
             self.style = "flat"
-        elif (self.rnumel or any(self.inners)) and heur.next_pow2(self.rnumel) <= heur.persistent_limit(self._widest_itemsize(), strided):
+        elif any(self.inners) and top is not None and heur.next_pow2(top) <= heur.persistent_limit(self._widest_itemsize(), strided):
             # An inner range of no points (a sum over an empty dim) is a one-lane masked tile:
             # a looped kernel would give every outer point its own program.
             self.style = "persistent"
         else:
             self.style = "looped"
         self.strided = strided and self.style != "rowloop"
-        self.rblock = heur.next_pow2(self.rnumel) if self.style in ("persistent", "rowloop") else 0
+        self.rblock = heur.next_pow2(top or 0) if self.style in ("persistent", "rowloop") else 0
         max_x = heur.MAX_XBLOCK_FLAT if self.style == "flat" else heur.MAX_XBLOCK_INNER
         # Every chunk of a row loop is whole: its programs need no mask.
-        self.xmask = None if self.xnumel % max_x == 0 or self.style == "rowloop" else "xmask"
+        self.xmask = None if known_multiple(self.xnumel, max_x) or self.style == "rowloop" else "xmask"
         self.index_dtype = self._index_dtype()
         rows = "1" if self.style == "rowloop" else "XBLOCK"
         self.tile = f"[{rows}, RBLOCK]"
@@ -366,20 +375,39 @@ class _KernelWriter:
         return max((b.layout.dtype.itemsize for b in self.buffers.values()), default=4)
 
     def _index_dtype(self) -> str:
-        reach = (self.xnumel + heur.MAX_XBLOCK_FLAT) * max(self.rnumel + heur.MAX_RBLOCK, 1)
+        # 32-bit indices must be right at every size: symbolic sizes need bounded ranges.
+        xs = upper_bound(self.xnumel)
+        rs = [upper_bound(_numel(r)) for r in self.inners if r]
         touched = {b.name for n in self.kernel.nodes for b in n.outputs}
-        biggest = max((self.buffers[b].layout.storage_numel for b in touched), default=0)
+        stores = [upper_bound(self.buffers[b].layout.storage_numel) for b in touched]
+        if xs is None or any(v is None for v in (*rs, *stores)):
+            return "tl.int64"
+        reach = (xs + heur.MAX_XBLOCK_FLAT) * max(max((v or 0 for v in rs), default=0) + heur.MAX_RBLOCK, 1)
+        biggest = max((v or 0 for v in stores), default=0)
         return "tl.int32" if reach < INT32_LIMIT and biggest < INT32_LIMIT else "tl.int64"
+
+    def loop_symbols(self, index: Expr) -> set[sympy.Symbol]:
+        """The loop variables ``index`` depends on (size symbols are the same in every lane)."""
+        return {s for s in index.free_symbols if not self.sizes.is_symbol(s)}
 
     def fresh(self) -> str:
         return f"tmp{next(self.counter)}"
 
-    def rmask_for(self, numel: int) -> str | None:
-        if self.style in ("persistent", "rowloop"):
-            return None if numel == self.rblock else "rmask"
-        return None if numel % heur.MAX_RBLOCK == 0 else "rmask"
+    def unravel(self, flat: str, dims: Sequence[Size], names: Sequence[str]) -> list[str]:
+        """Lines defining ``names`` as the row-major multi-index of ``flat`` over ``dims``."""
+        out = []
+        strides = contiguous_strides(dims)
+        for i, (name, size, stride) in enumerate(zip(names, dims, strides)):
+            q = flat if stride == 1 else f"({flat} // {self.p(stride)})"
+            out.append(f"{name} = {q}" if i == 0 else f"{name} = {q} % {self.p(size)}")
+        return out
 
-    def node_section(self, node: ComputedNode, inner: tuple[int, ...], partial: bool = False) -> Section:
+    def rmask_for(self, numel: Size) -> str | None:
+        if self.style in ("persistent", "rowloop"):
+            return None if equal(numel, self.rblock) else "rmask"
+        return None if known_multiple(numel, heur.MAX_RBLOCK) else "rmask"
+
+    def node_section(self, node: ComputedNode, inner: tuple[Size, ...], partial: bool = False) -> Section:
         section = Section()
         handler = (_PartialOps if partial else TritonOps)(self, node, section, inner)
         xs, rs = node_vars(node)
@@ -399,26 +427,26 @@ class _KernelWriter:
             cast = ".to(tl.int64)" if wide else ""
             return [f"rbase = tl.arange(0, RBLOCK)[None, :]{cast}"]
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
-        lines = [f"xnumel = {self.xnumel}"]
+        lines = [f"xnumel = {self.p(self.xnumel)}"]
         suffix = "" if self.style == "flat" else "[:, None]"
         lines.append(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK){suffix}")
         if self.xmask:
             lines.append("xmask = xindex < xnumel")
-        lines.extend(_unravel("xindex", self.kernel.outer, [f"x{i}" for i in range(k)]))
+        lines.extend(self.unravel("xindex", self.kernel.outer, [f"x{i}" for i in range(k)]))
         if self.style != "flat":
             cast = ".to(tl.int64)" if wide else ""
             lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{cast}")
         return lines
 
-    def inner_defs(self, node: ComputedNode, inner: tuple[int, ...], names: Sequence[str] | None = None) -> list[str]:
+    def inner_defs(self, node: ComputedNode, inner: tuple[Size, ...], names: Sequence[str] | None = None) -> list[str]:
         k = len(self.kernel.outer)
         if names is None:
             names = [f"r{i}" for i in range(len(inner))] if node.is_reduction else [f"x{k + i}" for i in range(len(inner))]
         lines = []
         numel = _numel(inner)
         if self.rmask_for(numel):
-            lines.append(f"rmask = rindex < {numel}")
-        lines.extend(_unravel("rindex", inner, names))
+            lines.append(f"rmask = rindex < {self.p(numel)}")
+        lines.extend(self.unravel("rindex", inner, names))
         return lines
 
     def body(self) -> list[str]:
@@ -439,7 +467,7 @@ class _KernelWriter:
                 out.extend(self.inner_defs(node, inner))
                 out.extend(section.body)
             else:
-                out.append(f"for roffset in range(0, {_numel(inner)}, RBLOCK):")
+                out.append(f"for roffset in range(0, {self.p(_numel(inner))}, RBLOCK):")
                 loop = ["rindex = roffset + rbase", *self.inner_defs(node, inner), *section.body]
                 out.extend("    " + ln for ln in loop)
             out.extend(section.suffix)
@@ -506,7 +534,12 @@ def generate_triton_kernel(kernel: Kernel, buffers: dict[str, Buffer], accesses:
         for name, _ in (*accesses[node.name].loads, *accesses[node.name].stores):
             if name not in names:
                 names.append(name)
-    params = [*names, "XBLOCK: tl.constexpr"] + ([] if writer.style == "flat" else ["RBLOCK: tl.constexpr"])
+    env = sizes.current()
+    size_names = tuple(env.code_name(sym) for sym in sizes.ordered(writer.p.used))
+    if size_names and writer.index_dtype == "tl.int32":
+        # Size arguments arrive as int64; bounded sizes keep the index arithmetic 32-bit.
+        head = [f"{n} = {n}.to(tl.int32)" for n in size_names] + head
+    params = [*names, *size_names, "XBLOCK: tl.constexpr"] + ([] if writer.style == "flat" else ["RBLOCK: tl.constexpr"])
     origins = tuple(dict.fromkeys(o for n in kernel.nodes for o in n.origins))
     shape = f" in {writer.chunks} chunks of {writer.chunk} rows" if writer.style == "rowloop" else ""
     lines = [
@@ -522,4 +555,9 @@ def generate_triton_kernel(kernel: Kernel, buffers: dict[str, Buffer], accesses:
     dtypes = tuple(buffers[n].layout.dtype for n in names)
     # A row loop's programs each take XBLOCK chunks of rows: its grid is over chunks.
     xnumel = writer.chunks if writer.style == "rowloop" else writer.xnumel
-    return TritonKernel(kernel.name, source, tuple(names), dtypes, writer.style, xnumel, writer.rnumel, writer.rblock, writer.index_dtype, strided=writer.strided, origins=origins)
+    xsource = "" if static_value(xnumel) is not None else IndexPrinter(PYTHON)(xnumel)
+    return TritonKernel(
+        kernel.name, source, tuple(names), dtypes, writer.style, xnumel, writer.rnumel, writer.rblock, writer.index_dtype,
+        strided=writer.strided, origins=origins, sizes=size_names, xnumel_source=xsource,
+        xnumel_hint=sizes.hint(xnumel), rnumel_hint=sizes.hint(writer.rnumel),
+    )

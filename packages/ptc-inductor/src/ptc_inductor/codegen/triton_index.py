@@ -8,6 +8,7 @@ import sympy
 import torch
 
 from ..errors import CodegenError
+from .index_print import TRITON, IndexPrinter
 
 TL_DTYPES = {
     torch.float32: "tl.float32",
@@ -36,33 +37,9 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-def texpr(e: sympy.Expr) -> str:
+def texpr(e: sympy.Expr | int) -> str:
     """A Triton integer expression for the index ``e`` (every intermediate value is non-negative)."""
-    if e.is_Integer:
-        return str(int(e))
-    if e.is_Symbol:
-        return str(e.name)
-    if e.is_Add:
-        return "(" + " + ".join(texpr(a) for a in e.as_ordered_terms()) + ")"
-    if e.is_Mul:
-        coeff, rest = e.as_coeff_Mul()
-        if not coeff.is_Integer:
-            raise CodegenError(f"index {e} has a fractional coefficient")
-        factors = [texpr(a) for a in sympy.Mul.make_args(rest)]
-        if coeff != 1:
-            factors.insert(0, texpr(coeff))
-        return "(" + " * ".join(factors) + ")"
-    if isinstance(e, sympy.floor):
-        num, den = sympy.fraction(sympy.together(e.args[0]))
-        if not den.is_Integer:
-            raise CodegenError(f"index {e} divides by a non-constant")
-        # Operands are non-negative, so Triton's truncating // is floor division here.
-        return f"({texpr(sympy.expand(num))} // {texpr(den)})"
-    if isinstance(e, sympy.Mod):
-        return f"({texpr(e.args[0])} % {texpr(e.args[1])})"
-    if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-        return "(" + " * ".join([texpr(e.base)] * int(e.exp)) + ")"
-    raise CodegenError(f"cannot print index expression {e} as Triton")
+    return IndexPrinter(TRITON)(e)
 
 
 def tconst(value: object, dtype: torch.dtype) -> str:

@@ -3,6 +3,7 @@ tile combined across iterations, then reduced), argmax/argmin and welford."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,9 +128,7 @@ def _welford(h: TritonOps, style: str, dtype: torch.dtype, value: str) -> tuple[
         zero = h.new_value(f"tl.full([], 0, {tdt})", dtype)
         one = h.new_value(f"tl.full([], 1, {tdt})", dtype)
         return v, zero, one
-    count = 1
-    for s in h.inner:
-        count *= s
+    count = h.p(math.prod(h.inner))
     if style == "persistent":
         # The whole row is in registers: two passes (mean, then squared deviations) are exact-er
         # than the streaming update and cost no extra memory traffic.
@@ -137,7 +136,8 @@ def _welford(h: TritonOps, style: str, dtype: torch.dtype, value: str) -> tuple[
         mean = h.new_value(f"tl.sum({tile}, 1)[:, None] / {count}", dtype)
         dev = _masked_tile(h, h.new_value(f"{v} - {mean}", dtype), "0")
         m2 = h.new_value(f"tl.sum({dev} * {dev}, 1)[:, None]", dtype)
-        n = h.new_value(f"tl.full({h.w.column}, {count}, {tdt})", dtype)
+        # A symbolic count is a run-time scalar: added to zeros rather than a constexpr fill.
+        n = h.new_value(f"tl.zeros({h.w.column}, {tdt}) + {count}", dtype)
         return mean, m2, n
     accs = [h.new_value(f"tl.zeros({h.w.tile}, {tdt})", dtype, h.section.prefix) for _ in range(3)]
     mean, m2, n = accs

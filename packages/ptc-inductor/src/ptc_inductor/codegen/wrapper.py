@@ -7,24 +7,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
 
 from ..config import Config
-from ..ir import BufferArg, ExternNode, Layout
+from ..ir import BufferArg, ExternNode, FloatSize, Layout
 from ..lowering.fallback import op_name
 from ..lowering.graph import LoweredGraph
 from ..memory import MemoryPlan
 from ..recycle import RECYCLE_MIN_BYTES, OutputRecycler
 from ..scheduler import Kernel, Schedule
+from ..size_sources import SymbolSource, find_sources
+from ..sizes import hint, static_value
 from .backend import KernelCall
+from .index_print import PYTHON, IndexPrinter, python_float
 
 
 @dataclass(frozen=True, slots=True)
 class WrapperSource:
-    """The wrapper's Python source and the objects its namespace must hold."""
+    """The wrapper's Python source, the objects its namespace must hold, and how it reads each
+    size symbol from its inputs (empty for static sizes)."""
 
     source: str
     namespace: dict[str, Any]
+    symbols: tuple[SymbolSource, ...] = ()
 
 
 class _Namer:
@@ -35,6 +41,8 @@ class _Namer:
             "_as_strided": torch.as_strided,
         }
         self._ids: dict[Any, str] = {}
+        # Sizes print over the symbols' names, locals of ``call`` read from its inputs once.
+        self.sizes = IndexPrinter(PYTHON)
 
     def const(self, obj: Any, hint: str = "c") -> str:
         key: Any = obj if isinstance(obj, (torch.device, torch.dtype)) else id(obj)
@@ -48,6 +56,11 @@ class _Namer:
     def literal(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, str)):
             return repr(value)
+        if isinstance(value, FloatSize):
+            self.sizes(value.expr)  # records the symbols it reads
+            return python_float(value.expr)
+        if isinstance(value, sympy.Basic):
+            return self.sizes(value)
         if isinstance(value, int):
             return repr(value)
         if isinstance(value, float):
@@ -57,6 +70,12 @@ class _Namer:
         if isinstance(value, tuple):
             return "(" + "".join(self.literal(v) + ", " for v in value) + ")"
         return self.const(value, "c")
+
+
+def _may_have_elements(lay: Layout) -> bool:
+    """False when the layout statically holds at most one element (its strides do not matter)."""
+    n = static_value(lay.numel)
+    return n is None or n > 1
 
 
 def _restride(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
@@ -86,11 +105,14 @@ def generate_wrapper(
             lay = graph.buffers[name].layout
             var_layout[name] = lay
             input_vars.add(name)
-            if config.check_input_strides and lay.numel > 1:
+            if config.check_input_strides and _may_have_elements(lay):
                 # Kernels index inputs with the strides they were compiled for; a caller
                 # passing another layout gets a copy rather than wrong answers.
                 size, stride = names.literal(lay.size), names.literal(lay.stride)
-                lines.append(f"if {name}.stride() != {stride}: {name} = _restride({name}, {size}, {stride})")
+                # Row-major is asked of the tensor itself (cheaper than building and comparing a
+                # stride tuple, and blind to strides of size-1 dims, which no index multiplies).
+                wrong = f"not {name}.is_contiguous()" if lay.is_contiguous else f"{name}.stride() != {stride}"
+                lines.append(f"if {wrong}: {name} = _restride({name}, {size}, {stride})")
     ptr: dict[str, str] = {}
     for cname, tensor in graph.constants.items():
         names.namespace[cname] = tensor
@@ -125,13 +147,21 @@ def generate_wrapper(
 
     returned = {storage_of(out.view.buffer) for out in graph.outputs if out.view is not None}
     needed = _read_or_returned(sched, graph)
+    kernel_sizes: set[str] = set()
     for i, step in enumerate(sched.steps):
         for buf_name in plan.allocate.get(i, ()):
             lay = graph.buffers[buf_name].layout
             var_layout[buf_name] = lay
-            if config.recycle_outputs and buf_name in returned and lay.device.type == "cpu" and lay.nbytes >= RECYCLE_MIN_BYTES:
-                recycler = OutputRecycler(lay.size, lay.stride, lay.dtype, lay.nbytes)
-                lines.append(f"{buf_name} = {names.const(recycler, 'recycle')}.take()")
+            if config.recycle_outputs and buf_name in returned and lay.device.type == "cpu" and _recyclable(lay):
+                fixed = static_value(lay.nbytes) is not None
+                recycler = OutputRecycler(lay.size, lay.stride, lay.dtype, hint(lay.nbytes))
+                name = names.const(recycler, "recycle")
+                if fixed:
+                    lines.append(f"{buf_name} = {name}.take()")
+                else:
+                    # Symbolic sizes: the call's own layout, served by any idle buffer large enough.
+                    size, stride, nbytes = names.literal(lay.size), names.literal(lay.stride), names.literal(lay.nbytes)
+                    lines.append(f"{buf_name} = {name}.take_sized({size}, {stride}, {nbytes})")
                 continue
             lines.append(
                 f"{buf_name} = _empty({names.literal(lay.size)}, {names.literal(lay.stride)}, "
@@ -144,6 +174,8 @@ def generate_wrapper(
             names.namespace[kc.name] = kc.fn
             origins = ", ".join(dict.fromkeys(o for n in step.nodes for o in n.origins))
             args = [data_ptr(p) if kc.pointers else storage_of(p) for p in kc.params]
+            args.extend(kc.sizes)
+            kernel_sizes.update(kc.sizes)
             lines.append(f"{kc.name}({', '.join(args)})  # {origins}")
         else:
             lines.extend(_extern_lines(step, names, render, var_layout, config.check_extern_strides, needed))
@@ -159,9 +191,48 @@ def generate_wrapper(
         lines.append("return (" + "".join(o + ", " for o in outs) + ")")
     else:
         lines.append(f"return {outs[0]}")
+    symbols = _symbol_sources(graph, names.sizes.used, kernel_sizes)
+    lines[:0] = _read_symbols(symbols, params, graph.input_metas)
     body = "\n".join("    " + ln for ln in lines)
     source = f"def call({', '.join(params)}):\n{body}\n"
-    return WrapperSource(source, names.namespace)
+    return WrapperSource(source, names.namespace, symbols)
+
+
+def _recyclable(lay: Layout) -> bool:
+    # A symbolic output is recycled when it is large at the hints (an output of another size
+    # still gets a buffer of its own size; a small one is simply allocated).
+    return hint(lay.nbytes) >= RECYCLE_MIN_BYTES
+
+
+def _symbol_sources(graph: LoweredGraph, printed: set[sympy.Symbol], kernel_sizes: set[str]) -> tuple[SymbolSource, ...]:
+    """How the call reads every size symbol the wrapper or a kernel uses."""
+    env = graph.sizes
+    if not env.dynamic:
+        return ()
+    by_name = {env.code_name(s): s for s in env.symbols}
+    needed = set(printed) | {by_name[n] for n in kernel_sizes}
+    return find_sources(graph.input_metas, env, needed)
+
+
+def _read_symbols(symbols: Sequence[SymbolSource], params: Sequence[str], metas: Sequence[Any]) -> list[str]:
+    """Lines reading each size symbol once: several sizes of one input in one unpacking of its shape."""
+    lines: list[str] = []
+    by_input: dict[int, list[SymbolSource]] = {}
+    for src in symbols:
+        if src.kind == "size":
+            by_input.setdefault(src.input, []).append(src)
+        else:
+            lines.append(f"{src.name} = {src.source(params)}")
+    for i, found in by_input.items():
+        if len(found) == 1:
+            lines.append(f"{found[0].name} = {found[0].source(params)}")
+            continue
+        ndim = len(metas[i].shape)
+        names = ["_"] * ndim
+        for src in found:
+            names[src.dim] = src.name
+        lines.append(f"{', '.join(names)} = {params[i]}.shape")
+    return lines
 
 
 def _read_or_returned(sched: Schedule, graph: LoweredGraph) -> set[str]:
@@ -193,7 +264,7 @@ def _extern_lines(
         var_layout[buf.name] = lay
         # An output nobody reads keeps whatever layout it came in, and may even be None (the
         # logsumexp of an attention kernel run without grad): only read ones are checked.
-        if check and lay.numel > 1 and buf.name in needed:
+        if check and _may_have_elements(lay) and buf.name in needed:
             size, stride = names.literal(lay.size), names.literal(lay.stride)
             lines.append(f"if {buf.name}.stride() != {stride}: {buf.name} = _restride({buf.name}, {size}, {stride})")
     if step.multi:

@@ -12,6 +12,7 @@ from typing import Any
 import sympy
 import torch
 
+from .. import sizes
 from ..indexing import Expr, contiguous_strides
 from ..ir import (
     Buffer,
@@ -27,22 +28,26 @@ from ..ir import (
     squeeze_ranges,
     with_simplified_indices,
 )
+from ..sizes import Size
 from ..virtualized import ops
 
 
-def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
-    """True when ``stride`` is a permutation of row-major strides for ``size`` (no gaps, no overlap)."""
-    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
-    running = 1
-    for st, sz in dims:
-        if st != running:
+def is_dense(size: Sequence[Size], stride: Sequence[Size]) -> bool:
+    """True when ``stride`` is a permutation of row-major strides for ``size`` (no gaps, no overlap).
+
+    Symbolic strides are ordered by their hints, then each is checked to be exactly the product
+    of the sizes inside it, so the answer holds at every size."""
+    dims = sorted(((sizes.hint(st), i) for i, (sz, st) in enumerate(zip(size, stride)) if sz != 1))
+    running: Size = 1
+    for _, i in dims:
+        if not sizes.equal(stride[i], running):
             return False
-        running *= sz
+        running = sizes.normalize(running * size[i])
     return True
 
 
-Strides = tuple[int, ...]
-Strided = tuple[Sequence[int], int]
+Strides = tuple[Size, ...]
+Strided = tuple[Sequence[Size], Size]
 Restride = Callable[[Strides, int], Strided | None]
 """How a view's (strides, offset) follow from its base's, or None when no strides can express it."""
 
@@ -52,7 +57,7 @@ def buffer_loader(buf: BufferArg, dtype: torch.dtype) -> Callable[[Sequence[Expr
     name, stride, offset = buf.buffer, buf.stride, buf.offset
 
     def load(idx: Sequence[Expr]) -> Any:
-        expr: Expr = sympy.Integer(offset)
+        expr: Expr = sympy.sympify(offset)
         for i, s in zip(idx, stride):
             expr = expr + i * s
         return ops.load(name, sympy.expand(expr))
@@ -85,7 +90,7 @@ class LazyValue:
     seq: int
     view_of: int | None = None
     restride: Restride | None = None
-    stride: tuple[int, ...] | None = None
+    stride: tuple[Size, ...] | None = None
     candidate: bool = False
     realized: TensorValue | None = None
 
@@ -113,7 +118,7 @@ class LoweringContext:
     buffers: dict[str, Buffer] = field(default_factory=dict)
     origin: str = ""
     meta: Any = None
-    storage_offsets: dict[str, int] = field(default_factory=dict)
+    storage_offsets: dict[str, Size] = field(default_factory=dict)
     # Every kernel will be Triton (the backend is forced), not only those over CUDA tensors.
     triton: bool = False
     _lazy: list[LazyValue] = field(default_factory=list)
@@ -183,7 +188,7 @@ class LoweringContext:
         self._key_of[id(value)] = len(self._lazy) - 1
         return len(self._lazy) - 1
 
-    def define(self, value: TensorValue, stride: Sequence[int] | None) -> None:
+    def define(self, value: TensorValue, stride: Sequence[Size] | None) -> None:
         """Mark lazy ``value`` as a graph node's result (with eager's ``stride``): one worth realizing."""
         key = self._key_of.get(id(value))
         if key is not None and not self._lazy[key].candidate:
@@ -257,7 +262,7 @@ class LoweringContext:
         key = None if value is None else self._key_of.get(id(value))
         return () if key is None else (key,)
 
-    def realize(self, value: TensorValue, stride: Sequence[int] | None = None) -> TensorValue:
+    def realize(self, value: TensorValue, stride: Sequence[Size] | None = None) -> TensorValue:
         """Materialize ``value`` into a buffer (once); ``stride`` fixes the layout when dense."""
         if value.view is not None:
             return value
@@ -292,12 +297,12 @@ class LoweringContext:
         self._realized_keys.append(key)
         return record.realized
 
-    def _layout_for(self, value: TensorValue, stride: Sequence[int] | None) -> Layout:
+    def _layout_for(self, value: TensorValue, stride: Sequence[Size] | None) -> Layout:
         if stride is not None and len(stride) == value.ndim and is_dense(value.size, stride):
             return Layout(value.dtype, value.device, value.size, tuple(stride), 0, False)
         return flexible_layout(value.dtype, value.device, value.size)
 
-    def _realize_as_view(self, record: LazyValue, stride: Sequence[int] | None) -> TensorValue | None:
+    def _realize_as_view(self, record: LazyValue, stride: Sequence[Size] | None) -> TensorValue | None:
         """``record``'s value (a view) as a strided view of its base's buffer, or None to copy it.
 
         The base's other readers want the same data (a norm's output goes to a matmul through a
@@ -311,10 +316,11 @@ class LoweringContext:
         def fits(found: Strided | None) -> bool:
             if found is None:
                 return False
-            return stride is None or all(n == 1 or a == b for n, a, b in zip(value.size, found[0], stride))
+            return stride is None or all(n == 1 or sizes.equal(a, b) for n, a, b in zip(value.size, found[0], stride))
 
         if base.realized is None:
-            if base.value.numel > value.numel:
+            # Only a matter of memory (a bigger base stored to view a part of it): hints decide.
+            if sizes.hint(base.value.numel) > sizes.hint(value.numel):
                 return None
             if base.view_of is None:
                 layout = self._layout_for(base.value, base.stride)
@@ -327,7 +333,7 @@ class LoweringContext:
         found = None if arg is None else restride(arg.stride, arg.offset)
         if arg is None or found is None or not fits(found):
             return None
-        view = BufferArg(arg.buffer, value.size, tuple(int(s) for s in found[0]), int(found[1]))
+        view = BufferArg(arg.buffer, value.size, tuple(sizes.normalize(s) for s in found[0]), sizes.normalize(found[1]))
         record.realized = TensorValue(value.dtype, value.device, value.size, buffer_loader(view, value.dtype), view)
         self._costs.clear()
         self._realized_keys.append(self._key_of[id(value)])
@@ -401,7 +407,7 @@ class LoweringContext:
 
     def add_reduction(
         self,
-        size: Sequence[int],
+        size: Sequence[Size],
         kept_dims: Sequence[int],
         reduced: Sequence[int],
         inner: Callable[[list[Expr]], Any],
@@ -409,7 +415,7 @@ class LoweringContext:
         dtype: torch.dtype,
         src_dtype: torch.dtype,
         device: torch.device,
-        out_size: Sequence[int],
+        out_size: Sequence[Size],
         out_dtype: torch.dtype,
         finalize: Callable[[Any], Any] | None = None,
         source: TensorValue | None = None,
@@ -421,7 +427,7 @@ class LoweringContext:
         kept_loop = [d for d in kept_dims if size[d] != 1]
         rdims = [d for d in reduced if size[d] != 1]
         rranges = tuple(size[d] for d in rdims)
-        out_sz = tuple(int(s) for s in out_size)
+        out_sz = tuple(sizes.normalize(s) for s in out_size)
         layout = flexible_layout(out_dtype, device, out_sz)
         name = self.new_name()
         buf = self.add_buffer(name, layout, "computed")
@@ -457,12 +463,12 @@ class LoweringContext:
         kwargs: dict[str, Any],
         metas: Any,
         fallback: bool = False,
-        alias_strides: dict[int, tuple[tuple[int, ...], tuple[str, ...]]] | None = None,
+        alias_strides: dict[int, tuple[tuple[Size, ...], tuple[str, ...]]] | None = None,
     ) -> Any:
         """Add a library call; returns a TensorValue (or a tuple of them) per ``metas``.
 
-        Non-tensor results (ints, None) are not buffers: their value is the metadata's, as sizes
-        are static. ``alias_strides`` maps an output that views inputs to its strides (as it
+        Non-tensor results (ints, None) are not buffers: their value is the metadata's (a size
+        expression where sizes are symbolic). ``alias_strides`` maps an output that views inputs to its strides (as it
         views our buffers) and the buffers it views."""
         multi = isinstance(metas, (tuple, list))
         meta_list = list(metas) if multi else [metas]
@@ -473,8 +479,8 @@ class LoweringContext:
             if m is None or not hasattr(m, "shape"):
                 outs.append(None)
                 continue
-            size = tuple(int(s) for s in m.shape)
-            stride = tuple(int(s) for s in m.stride)
+            size = tuple(sizes.normalize(s) for s in m.shape)
+            stride = tuple(sizes.normalize(s) for s in m.stride)
             viewed: tuple[str, ...] = ()
             if alias_strides is not None and i in alias_strides:
                 stride, viewed = alias_strides[i]

@@ -11,17 +11,18 @@ import ptc_spec  # noqa: F401  (importing it registers the torch.ops.ptc random 
 
 from ..indexing import Expr, contiguous_strides, linear_index
 from ..ir import TensorValue
+from ..sizes import Size, normalize
 from ..virtualized import ops
 from .context import LoweringContext
 from .extern import extern_lowering
-from .pointwise import broadcast_loader, compute_dtype
+from .pointwise import broadcast_loader, compute_dtype, scalar
 from .registry import register_lowering
 
 aten = torch.ops.aten
 
 
-def _lazy(ctx: LoweringContext, dtype: torch.dtype, size: Sequence[int], load: Any, reads: Sequence[TensorValue] = ()) -> TensorValue:
-    return ctx.lazy(TensorValue(dtype, torch.device(ctx.meta.device), tuple(int(s) for s in size), load), reads, 1)
+def _lazy(ctx: LoweringContext, dtype: torch.dtype, size: Sequence[Size], load: Any, reads: Sequence[TensorValue] = ()) -> TensorValue:
+    return ctx.lazy(TensorValue(dtype, torch.device(ctx.meta.device), tuple(normalize(s) for s in size), load), reads, 1)
 
 
 def _filled(ctx: LoweringContext, fill: Any) -> TensorValue:
@@ -29,14 +30,14 @@ def _filled(ctx: LoweringContext, fill: Any) -> TensorValue:
     cd = compute_dtype(dtype)
 
     def load(idx: Sequence[Expr]) -> Any:
-        v = ops.constant(fill, cd)
+        v = scalar(fill, cd)
         return ops.to_dtype(v, dtype) if cd != dtype else v
 
     return _lazy(ctx, dtype, ctx.meta.shape, load)
 
 
 @register_lowering(aten.full.default)
-def _full(ctx: LoweringContext, size: Sequence[int], fill_value: Any, **kwargs: Any) -> TensorValue:
+def _full(ctx: LoweringContext, size: Sequence[Size], fill_value: Any, **kwargs: Any) -> TensorValue:
     return _filled(ctx, fill_value)
 
 
@@ -58,21 +59,21 @@ def _arange(ctx: LoweringContext, start: Any, end: Any, step: Any = 1, **kwargs:
 
     def load(idx: Sequence[Expr]) -> Any:
         i = ops.to_dtype(ops.index_expr(idx[0], torch.int64), cd)
-        v = ops.add(ops.mul(i, ops.constant(step, cd)), ops.constant(start, cd))
+        v = ops.add(ops.mul(i, scalar(step, cd)), scalar(start, cd))
         return ops.to_dtype(v, dtype)
 
     return _lazy(ctx, dtype, ctx.meta.shape, load)
 
 
 def _random(kind: str) -> Any:
-    def lower(ctx: LoweringContext, seed: TensorValue, offset: int, size: Sequence[int], *, dtype: torch.dtype, device: Any) -> TensorValue:
+    def lower(ctx: LoweringContext, seed: TensorValue, offset: Size, size: Sequence[Size], *, dtype: torch.dtype, device: Any) -> TensorValue:
         out = ctx.meta.dtype
-        dims = tuple(int(s) for s in ctx.meta.shape)
+        dims = tuple(normalize(s) for s in ctx.meta.shape)
         strides = contiguous_strides(dims)
         seed_load = broadcast_loader(seed, ())
 
         def load(idx: Sequence[Expr]) -> Any:
-            counter = ops.index_expr(linear_index(idx, strides, int(offset)), torch.int64)
+            counter = ops.index_expr(linear_index(idx, strides, normalize(offset)), torch.int64)
             v = getattr(ops, kind)(seed_load([]), counter)
             return ops.to_dtype(v, out) if out != torch.float32 else v
 

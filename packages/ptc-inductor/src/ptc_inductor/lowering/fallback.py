@@ -15,21 +15,25 @@ the eager kernel computes it and only the real values around it are fused.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from ptc_spec import META_KEY, TensorMeta, fallback_problem
+from ptc_spec import META_KEY, TensorMeta, fallback_problem, symbolic, symbolic_dispatch
 
+from .. import sizes
 from ..errors import LoweringError
 from ..indexing import contiguous_strides
 from ..ir import BufferArg, TensorValue
+from ..sizes import Size
 from .context import LoweringContext
 
-AliasStrides = dict[int, tuple[tuple[int, ...], tuple[str, ...]]]
+AliasStrides = dict[int, tuple[tuple[Size, ...], tuple[str, ...]]]
 
 
 def op_name(op: Any) -> str:
@@ -76,11 +80,18 @@ def _viewed_inputs(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], sets:
 
 
 def _as_meta(ctx: LoweringContext, a: Any) -> Any:
+    env = sizes.current()
     if isinstance(a, BufferArg):
         dtype = ctx.buffers[a.buffer].layout.dtype
+        if env.dynamic:
+            # Symbolic sizes stay symbolic (SymInts over the graph's ShapeEnv): the strides read
+            # back hold at every size.
+            return TensorMeta(a.size, a.stride, dtype, torch.device("meta")).to_meta_tensor(env=env.shape_env)
         return torch.empty_strided(a.size, a.stride, dtype=dtype, device="meta")
     if isinstance(a, torch.device):
         return torch.device("meta")
+    if env.dynamic and isinstance(a, sympy.Basic):
+        return symbolic(a, env.shape_env)
     return a
 
 
@@ -90,8 +101,10 @@ def _alias_strides(ctx: LoweringContext, op: Any, args: tuple[Any, ...], kwargs:
     if not aliased:
         return {}
     margs, mkwargs = pytree.tree_map(lambda a: _as_meta(ctx, a), (args, kwargs))
+    env = sizes.current()
     try:
-        result = op(*margs, **mkwargs)
+        with symbolic_dispatch(env.shape_env) if env.dynamic else contextlib.nullcontext():
+            result = op(*margs, **mkwargs)
     except (RuntimeError, ValueError, TypeError, NotImplementedError):
         return None
     results = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -99,7 +112,8 @@ def _alias_strides(ctx: LoweringContext, op: Any, args: tuple[Any, ...], kwargs:
     for i, sets in aliased.items():
         out = results[i] if i < len(results) else None
         if isinstance(out, torch.Tensor):
-            found[i] = (tuple(int(s) for s in out.stride()), _viewed_inputs(op, args, kwargs, sets))
+            strides = TensorMeta.from_tensor(out).stride
+            found[i] = (tuple(env.simplify(s) for s in strides), _viewed_inputs(op, args, kwargs, sets))
     return found
 
 
@@ -125,7 +139,7 @@ def _is_row_major(value: TensorValue) -> bool:
     if value.view is None:
         return True  # realizing a lazy value without strides gives a row-major buffer
     want = contiguous_strides(value.size)
-    return all(n == 1 or s == w for n, s, w in zip(value.size, value.view.stride, want))
+    return all(n == 1 or sizes.equal(s, w) for n, s, w in zip(value.size, value.view.stride, want))
 
 
 def _is_complex(x: Any) -> bool:

@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
 import torch
 import torch.fx
 
-from ptc_spec import is_fallback
+from ptc_spec import TensorMeta, is_fallback, shape_env_of
 
+from .. import sizes
 from ..config import Config
 from ..errors import LoweringError, UnsupportedOpError
-from ..ir import Buffer, BufferArg, Layout, Node, TensorValue
+from ..ir import Buffer, BufferArg, FloatSize, Layout, Node, TensorValue
+from ..sizes import Size, SizeEnv
 from .context import LoweringContext
 from .fallback import computes_on_complex, lower_fallback, op_name
 from .registry import LOWERINGS
 
 META_KEY = "ptc_meta"
+
+SIZE_OPS = frozenset({
+    operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
+    operator.neg, operator.pow, torch.sym_max, torch.sym_min, torch.sym_float, torch.sym_int,
+    torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+})
+"""Size arithmetic the tracer records to recompute sizes from the inputs: each node is a scalar
+value (its metadata's expression), computed where it is used, never a kernel."""
+FLOAT_SIZE_OPS = frozenset({operator.truediv, torch.sym_float})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +53,13 @@ class LoweredGraph:
     constants: dict[str, torch.Tensor]
     outputs: tuple[GraphOutput, ...]
     output_is_tuple: bool
-    storage_offsets: dict[str, int]
+    storage_offsets: dict[str, Size]
     fallbacks: tuple[str, ...] = ()
     """Qualified names of the ops run as fallbacks (eager kernels), once each, in graph order."""
+    sizes: SizeEnv = field(default_factory=SizeEnv)
+    """The graph's symbolic sizes (a static SizeEnv for a graph of static sizes)."""
+    input_metas: tuple[Any, ...] = ()
+    """Each input's simplified metadata (a TensorMeta, a size, or None): where symbols are read."""
 
     @property
     def output_buffers(self) -> set[str]:
@@ -56,10 +73,30 @@ def _meta(node: torch.fx.Node) -> Any:
     return node.meta[META_KEY]
 
 
-def _static(value: Any, where: str) -> int:
-    if isinstance(value, sympy.Expr) and not value.is_Integer:
-        raise LoweringError(f"{where} has symbolic size {value}; ptc-inductor part 1 compiles static shapes only: specialize the graph first")
-    return int(value)
+def _simplified(meta: Any) -> Any:
+    """``meta`` with every size in canonical form under the current SizeEnv (guarded substitutions applied)."""
+    env = sizes.current()
+    if not env.dynamic:
+        return meta
+    if isinstance(meta, TensorMeta):
+        return dataclasses.replace(
+            meta,
+            shape=tuple(env.simplify(v) for v in meta.shape),
+            stride=tuple(env.simplify(v) for v in meta.stride),
+            storage_offset=env.simplify(meta.storage_offset),
+        )
+    if isinstance(meta, (tuple, list)):
+        return type(meta)(_simplified(m) for m in meta)
+    if isinstance(meta, sympy.Expr):
+        return env.simplify(meta)
+    return meta
+
+
+def _check_symbols(env: SizeEnv, where: str, values: Any) -> None:
+    unknown = {s for v in values if isinstance(v, sympy.Basic) for s in v.free_symbols if not env.is_symbol(s)}
+    if unknown:
+        names = ", ".join(sorted(s.name for s in unknown))
+        raise LoweringError(f"{where} has sizes over {names}, which the graph's shape env (gm.meta['ptc_shape_env']) does not define")
 
 
 def _op_name(target: Any) -> str:
@@ -69,9 +106,16 @@ def _op_name(target: Any) -> str:
 
 
 def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
-    """Lower every node of ``gm`` to loop IR and extern kernels."""
+    """Lower every node of ``gm`` to loop IR and extern kernels (sizes may be symbolic)."""
+    env = SizeEnv(shape_env_of(gm))
+    with sizes.use(env):
+        return _lower_graph(gm, config, env)
+
+
+def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> LoweredGraph:
     ctx = LoweringContext(triton=config.backend == "triton")
-    env: dict[torch.fx.Node, Any] = {}
+    input_metas: list[Any] = []
+    values: dict[torch.fx.Node, Any] = {}
     inputs: list[str] = []
     constants: dict[str, torch.Tensor] = {}
     outputs: list[GraphOutput] = []
@@ -80,7 +124,7 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
 
     def fetch(a: Any) -> Any:
         if isinstance(a, torch.fx.Node):
-            return env[a]
+            return values[a]
         if isinstance(a, (list, tuple)):
             return type(a)(fetch(x) for x in a)
         return a
@@ -88,48 +132,48 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
     for node in gm.graph.nodes:
         ctx.origin = node.name
         if node.op == "placeholder":
-            meta = _meta(node)
+            meta = _simplified(_meta(node))
+            input_metas.append(meta)
             if not hasattr(meta, "shape"):
-                env[node] = meta if not isinstance(meta, sympy.Expr) else _static(meta, f"input '{node.name}'")
+                if isinstance(meta, sympy.Basic):
+                    _check_symbols(env, f"input '{node.name}'", [meta])
+                values[node] = meta
                 inputs.append("")
                 continue
-            layout = Layout(
-                meta.dtype,
-                meta.device,
-                tuple(_static(s, f"input '{node.name}'") for s in meta.shape),
-                tuple(_static(s, f"input '{node.name}'") for s in meta.stride),
-                0,
-                False,
-            )
+            _check_symbols(env, f"input '{node.name}'", [*meta.shape, *meta.stride, meta.storage_offset])
+            layout = Layout(meta.dtype, meta.device, tuple(meta.shape), tuple(meta.stride), 0, False)
             buf = ctx.add_buffer(f"arg{len(inputs)}", layout, "input")
-            ctx.storage_offsets[buf.name] = _static(meta.storage_offset, f"input '{node.name}'")
+            ctx.storage_offsets[buf.name] = meta.storage_offset
             inputs.append(buf.name)
-            env[node] = ctx.value_of_buffer(buf)
+            values[node] = ctx.value_of_buffer(buf)
         elif node.op == "get_attr":
             tensor = _fetch_attr(gm, str(node.target))
             if not isinstance(tensor, torch.Tensor):
-                env[node] = tensor
+                values[node] = tensor
                 continue
             name = f"const{len(constants)}"
             constants[name] = tensor
             layout = Layout(tensor.dtype, tensor.device, tuple(tensor.shape), tuple(tensor.stride()), 0, False)
-            env[node] = ctx.value_of_buffer(ctx.add_buffer(name, layout, "constant"))
+            values[node] = ctx.value_of_buffer(ctx.add_buffer(name, layout, "constant"))
         elif node.op == "call_function" and (is_fallback(node) or computes_on_complex(node, fetch(node.args), fetch(node.kwargs))):
-            env[node] = _lower_fallback(ctx, node, fetch)
+            values[node] = _lower_fallback(ctx, node, fetch)
             fallbacks.append(op_name(node.target))
         elif node.op == "call_function":
-            env[node] = _lower_call(ctx, node, fetch, config)
+            values[node] = _lower_call(ctx, node, fetch, config)
         elif node.op == "output":
             result = node.args[0]
             output_is_tuple = isinstance(result, (tuple, list))
             items = result if output_is_tuple else [result]
             for item in items:
                 ctx.origin = item.name if isinstance(item, torch.fx.Node) else "output"
-                outputs.append(_lower_output(ctx, item, env))
+                outputs.append(_lower_output(ctx, item, values))
         else:
             raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
     ctx.realize_recomputed(config.inline_max_ops // 4)
-    return LoweredGraph(tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple, dict(ctx.storage_offsets), tuple(dict.fromkeys(fallbacks)))
+    return LoweredGraph(
+        tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple,
+        dict(ctx.storage_offsets), tuple(dict.fromkeys(fallbacks)), env, tuple(input_metas),
+    )
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
@@ -144,7 +188,7 @@ def _lower_fallback(ctx: LoweringContext, node: torch.fx.Node, fetch: Any) -> An
     if not isinstance(target, torch._ops.OpOverload):
         raise UnsupportedOpError(f"node '{node.name}' is marked as a fallback but calls {target!r}, which is not an aten overload")
     try:
-        return lower_fallback(ctx, target, fetch(node.args), {k: fetch(v) for k, v in node.kwargs.items()}, _meta(node))
+        return lower_fallback(ctx, target, fetch(node.args), {k: fetch(v) for k, v in node.kwargs.items()}, _simplified(_meta(node)))
     except LoweringError:
         raise
     except Exception as exc:
@@ -153,7 +197,9 @@ def _lower_fallback(ctx: LoweringContext, node: torch.fx.Node, fetch: Any) -> An
 
 def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: Config) -> Any:
     target = node.target
-    meta = node.meta.get(META_KEY)
+    meta = _simplified(node.meta.get(META_KEY))
+    if target in SIZE_OPS and isinstance(meta, (int, sympy.Expr)) and not isinstance(meta, bool):
+        return _size_value(target, meta, fetch(node.args))
     if target is operator.getitem:
         base, idx = node.args
         item = fetch(base)[idx]
@@ -162,8 +208,8 @@ def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: C
         return item
     fn = LOWERINGS.get(target)
     if fn is None:
-        if target in (operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg):
-            return _static(meta, f"node '{node.name}'") if meta is not None else target(*fetch(node.args))
+        if target in SIZE_OPS and meta is None and callable(target):
+            return target(*fetch(node.args))
         raise UnsupportedOpError(
             f"node '{node.name}' calls {_op_name(target)}, which ptc-inductor cannot lower and which is not "
             "marked as a fallback: run ptc_decomp.decompose(gm) first"
@@ -187,6 +233,14 @@ def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: C
     return value
 
 
+def _size_value(target: Any, meta: Size, args: Any) -> Any:
+    """A size-arithmetic node's value: its expression; a float one (``s1 / 2``) stays a float."""
+    floats = target in FLOAT_SIZE_OPS or any(isinstance(a, (float, FloatSize)) for a in args if not isinstance(a, bool))
+    if target is torch.sym_int:
+        floats = False
+    return FloatSize(sympy.sympify(meta)) if floats else meta
+
+
 def _lower_output(ctx: LoweringContext, item: Any, env: dict[torch.fx.Node, Any]) -> GraphOutput:
     if not isinstance(item, torch.fx.Node):
         return GraphOutput(None, item)
@@ -198,6 +252,7 @@ def _lower_output(ctx: LoweringContext, item: Any, env: dict[torch.fx.Node, Any]
     return GraphOutput(real.view)
 
 
-def _meta_stride(meta: Any) -> tuple[int, ...] | None:
+def _meta_stride(meta: Any) -> tuple[Size, ...] | None:
     stride = getattr(meta, "stride", None)
-    return None if stride is None else tuple(int(s) for s in stride)
+    env = sizes.current()
+    return None if stride is None else tuple(env.simplify(s) for s in stride)

@@ -10,20 +10,22 @@ import torch
 
 from ..indexing import Expr
 from ..ir import TensorValue
+from ..sizes import Size, normalize
 from ..virtualized import ops
 from .context import LoweringContext
-from .pointwise import broadcast_loader, compute_dtype
+from .pointwise import broadcast_loader, compute_dtype, scalar
 from .registry import register_lowering
+from .views import clamp_position, position
 
 aten = torch.ops.aten
 
 
-def _lazy(ctx: LoweringContext, x: TensorValue, size: Sequence[int], load: Any, reads: Sequence[TensorValue]) -> TensorValue:
+def _lazy(ctx: LoweringContext, x: TensorValue, size: Sequence[Size], load: Any, reads: Sequence[TensorValue]) -> TensorValue:
     """A lazy value of ``x``'s dtype whose loader ``load`` reads ``x`` and the other ``reads``."""
-    return ctx.lazy(TensorValue(x.dtype, x.device, tuple(int(s) for s in size), load), (x, *reads), 1)
+    return ctx.lazy(TensorValue(x.dtype, x.device, tuple(normalize(s) for s in size), load), (x, *reads), 1)
 
 
-def _indirect(index: TensorValue, at: Sequence[Expr], size: int) -> Expr:
+def _indirect(index: TensorValue, at: Sequence[Expr], size: Size) -> Expr:
     return ops.indirect_indexing(index.loader(list(at)), size)
 
 
@@ -60,15 +62,17 @@ def _index(ctx: LoweringContext, x: TensorValue, indices: Sequence[TensorValue |
     if any(t.dtype == torch.bool for t in tensors):
         raise NotImplementedError("boolean masks in index.Tensor have data-dependent shapes; decompose them first")
     nb = max(t.ndim for t in tensors)
-    bshape = [1] * nb
+    bshape: list[Size] = [1] * nb
     for t in tensors:
         for j, s in enumerate(t.size):
             k = nb - t.ndim + j
-            bshape[k] = max(bshape[k], s)
+            # Broadcasting: a dim of 1 takes the other's size (non-1 sizes agree, as traced).
+            if bshape[k] == 1:
+                bshape[k] = s
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     first = positions[0] if adjacent else 0
     others = [d for d in range(x.ndim) if d not in positions]
-    out_size = [int(s) for s in ctx.meta.shape]
+    out_size = [normalize(s) for s in ctx.meta.shape]
     loaders = {p: broadcast_loader(t, bshape) for p, t in zip(positions, tensors)}
 
     def load(idx: Sequence[Expr]) -> Any:
@@ -104,16 +108,15 @@ def _cast(v: Any, a: torch.dtype, b: torch.dtype) -> Any:
 
 
 @register_lowering(aten.slice_scatter.default)
-def _slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1) -> TensorValue:
+def _slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int = 0, start: Size | None = None, end: Size | None = None, step: int = 1) -> TensorValue:
     d = dim + x.ndim if dim < 0 else dim
     n = x.size[d]
-    lo = 0 if start is None else (start + n if start < 0 else start)
-    lo = min(max(lo, 0), n)
+    lo = 0 if start is None else clamp_position(start, n)
     length = src.size[d]
 
     def inside(idx: Sequence[Expr]) -> Any:
         e = ops.index_expr(idx[d] - lo, torch.int64)
-        conds = [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, ops.constant(length * step, torch.int64))]
+        conds = [ops.ge(e, ops.constant(0, torch.int64)), ops.lt(e, scalar(normalize(length * step), torch.int64))]
         if step != 1:
             conds.append(ops.eq(ops.index_expr(idx[d] - lo, torch.int64), ops.mul(ops.floordiv(e, ops.constant(step, torch.int64)), ops.constant(step, torch.int64))))
         m = conds[0]
@@ -130,12 +133,12 @@ def _slice_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: 
 
 
 @register_lowering(aten.select_scatter.default)
-def _select_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int, index: int) -> TensorValue:
+def _select_scatter(ctx: LoweringContext, x: TensorValue, src: TensorValue, dim: int, index: Size) -> TensorValue:
     d = dim + x.ndim if dim < 0 else dim
-    i = index + x.size[d] if index < 0 else index
+    i = position(index, x.size[d])
 
     def inside(idx: Sequence[Expr]) -> Any:
-        return ops.eq(ops.index_expr(idx[d], torch.int64), ops.constant(i, torch.int64))
+        return ops.eq(ops.index_expr(idx[d], torch.int64), scalar(i, torch.int64))
 
     def src_index(idx: Sequence[Expr]) -> list[Expr]:
         return [v for j, v in enumerate(idx) if j != d]

@@ -9,8 +9,9 @@ from typing import Any
 import sympy
 import torch
 
+from .. import sizes
 from ..indexing import Expr
-from ..ir import TensorValue
+from ..ir import FloatSize, TensorValue
 from ..virtualized import ops
 from .context import LoweringContext
 from .registry import register_lowering
@@ -31,6 +32,10 @@ def promote(*args: Any) -> torch.dtype:
     for a in args:
         if isinstance(a, TensorValue):
             probes.append(torch.empty([1] * a.ndim if a.ndim else [], dtype=a.dtype, device="meta"))
+        elif isinstance(a, FloatSize):
+            probes.append(0.0)
+        elif isinstance(a, sympy.Basic):
+            probes.append(0)  # a symbolic size: an int
         elif a is not None:
             probes.append(a)
     result: Any = probes[0]
@@ -46,7 +51,24 @@ def _ndim(x: Any) -> int:
     return x.ndim if isinstance(x, torch.Tensor) else 0
 
 
-def broadcast_loader(value: TensorValue, out_size: Sequence[int]) -> Callable[[Sequence[Expr]], Any]:
+def scalar(value: Any, dtype: torch.dtype) -> Any:
+    """``ops`` value of a Python scalar, a symbolic size (computed from the size arguments at run
+    time) or a FloatSize, in ``dtype``."""
+    if isinstance(value, FloatSize):
+        num, den = sympy.fraction(sympy.together(value.expr))
+        out = ops.to_dtype(ops.index_expr(sympy.expand(num), torch.int64), torch.float64)
+        if den != 1:
+            out = ops.truediv(out, ops.to_dtype(ops.index_expr(sympy.expand(den), torch.int64), torch.float64))
+        return ops.to_dtype(out, dtype)
+    if isinstance(value, sympy.Basic) and not value.is_number:
+        out = ops.index_expr(value, torch.int64)
+        return out if dtype == torch.int64 else ops.to_dtype(out, dtype)
+    if isinstance(value, sympy.Basic):
+        value = int(value) if value.is_Integer else float(value)
+    return ops.constant(value, dtype)
+
+
+def broadcast_loader(value: TensorValue, out_size: Sequence[sizes.Size]) -> Callable[[Sequence[Expr]], Any]:
     """A loader of ``value`` broadcast to ``out_size`` (trailing dims aligned)."""
     shift = len(out_size) - value.ndim
     size = value.size
@@ -67,12 +89,12 @@ def make_pointwise(
     fn: Callable[..., Any],
     cdtype: torch.dtype,
     out_dtype: torch.dtype | None = None,
-    out_size: Sequence[int] | None = None,
+    out_size: Sequence[sizes.Size] | None = None,
     device: torch.device | None = None,
 ) -> TensorValue:
     """A lazy TensorValue computing ``fn`` over ``args`` (cast to ``cdtype``), cast to ``out_dtype``."""
     meta = ctx.meta
-    size = tuple(int(s) for s in (out_size if out_size is not None else meta.shape))
+    size = tuple(sizes.normalize(s) for s in (out_size if out_size is not None else meta.shape))
     out = out_dtype if out_dtype is not None else meta.dtype
     dev = device if device is not None else _device_of(args, meta)
     loaders: list[Callable[[Sequence[Expr]], Any]] = []
@@ -105,7 +127,7 @@ def _cast_loader(load: Callable[[Sequence[Expr]], Any], src: torch.dtype, dst: t
 
 
 def _const_loader(value: Any, dtype: torch.dtype) -> Callable[[Sequence[Expr]], Any]:
-    return lambda idx: ops.constant(value, dtype)
+    return lambda idx: scalar(value, dtype)
 
 
 _FLOAT_UNARY = {
@@ -329,7 +351,7 @@ def _where(ctx: LoweringContext, cond: Any, a: Any, b: Any) -> TensorValue:
         cond_v: Any = make_pointwise(ctx, [cond], lambda c: c, torch.bool, torch.bool, cond.size, cond.device)
     else:
         cond_v = cond
-    size = tuple(int(s) for s in ctx.meta.shape)
+    size = tuple(sizes.normalize(s) for s in ctx.meta.shape)
     cl = broadcast_loader(cond_v, size) if isinstance(cond_v, TensorValue) else (lambda idx: ops.constant(bool(cond), torch.bool))
     inner = make_pointwise(ctx, [a, b], lambda x, y: (x, y), cd, cd)
 

@@ -10,6 +10,7 @@ import torch
 
 from ..indexing import Expr
 from ..ir import SPLITTABLE_REDUCTIONS, TensorValue
+from ..sizes import Size, normalize, static_value
 from ..virtualized import ops
 from .context import LoweringContext
 from .pointwise import compute_dtype
@@ -41,15 +42,19 @@ per output. Many short partials matter when the partials ride along a row kernel
 scheduler's row loop): each chunk of rows is one program there, and a GPU wants hundreds."""
 
 
-def split_factor(size: Sequence[int], kept: Sequence[int], rdims: Sequence[int], reduction_type: str) -> int:
+def split_factor(size: Sequence[Size], kept: Sequence[int], rdims: Sequence[int], reduction_type: str) -> int:
     """Into how many partial reductions to cut a reduction over ``rdims`` of ``size`` (1: none).
 
     Only column reductions (the last dim is kept, as in a bias or norm weight's gradient) are
     split: row reductions already give one program per row. The factor is a power of two that
-    divides the first reduced dim, so every partial covers whole, equal chunks of it.
+    divides the first reduced dim, so every partial covers whole, equal chunks of it. That
+    needs the reduced and kept sizes to be static: a factor must divide the dim at every size,
+    and a split kernel's row loop keeps whole rows in one tile.
     """
     dims = [d for d in rdims if size[d] != 1]
     if reduction_type not in SPLITTABLE_REDUCTIONS or not dims or (len(size) - 1) in dims:
+        return 1
+    if any(static_value(size[d]) is None for d in (*dims, *kept)):
         return 1
     outputs = math.prod(int(size[k]) for k in kept)
     total = math.prod(int(size[d]) for d in dims)
@@ -92,13 +97,13 @@ def _split_reduce(
     def chunked(idx: list[Expr]) -> Any:
         return inner([*idx[:d], idx[d] * chunk + idx[d + 1], *idx[d + 2 :]])
 
-    partial_size = tuple(int(size[k]) for k in kept_split)
+    partial_size = tuple(normalize(size[k]) for k in kept_split)
     partial = ctx.add_reduction(
         size, kept_split, reduced_split, chunked, reduction_type, acc_dtype, src_dtype, x.device, partial_size, acc_dtype, source=x
     )
     at = kept_split.index(d)
     rest = [i for i in range(len(partial_size)) if i != at]
-    out_size = tuple(int(s) for s in ctx.meta.shape)
+    out_size = tuple(normalize(s) for s in ctx.meta.shape)
     return ctx.add_reduction(
         partial_size, rest, [at], partial.loader, reduction_type, acc_dtype, acc_dtype, x.device, out_size, ctx.meta.dtype, source=partial
     )
@@ -127,7 +132,7 @@ def reduce(
         factor = split_factor(x.size, kept, rdims, reduction_type)
         if factor > 1:
             return _split_reduce(ctx, x, kept, rdims, inner, factor, reduction_type, acc_dtype, src_dtype)
-    out_size = tuple(int(s) for s in ctx.meta.shape)
+    out_size = tuple(normalize(s) for s in ctx.meta.shape)
     return ctx.add_reduction(
         x.size, kept, rdims, inner, reduction_type, acc_dtype, src_dtype, x.device, out_size, ctx.meta.dtype, source=x
     )
