@@ -11,16 +11,20 @@ for the dynamic compile against a static compile at the same length.
     python tools/bench_dynamic.py --device cuda --kernels    # on the GPU machine
     python tools/bench_dynamic.py --impls ptc --policies true
 
-Each (compiler, policy) cell runs in its own process, so caches never help another cell.
+Each (compiler, policy) cell runs in its own process with fresh, empty compile caches on disk
+(TorchInductor's, Triton's and ptc-inductor's), so compile times are cold for both compilers
+and no cell or earlier run helps another.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -165,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     for impl in args.impls.split(","):
         for policy in args.policies.split(","):
             cmd = [sys.executable, __file__, "--cell", f"{impl}:{policy}", "--device", args.device] + (["--kernels"] if args.kernels else [])
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            with tempfile.TemporaryDirectory(prefix="bench_dynamic_") as tmp:
+                caches = {name: os.path.join(tmp, name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PTC_INDUCTOR_CACHE_DIR")}
+                done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **caches})
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
             if done.returncode != 0 or not lines:
                 rows.append({"impl": impl, "policy": policy, "error": (done.stderr.strip().splitlines() or ["?"])[-1][:200]})

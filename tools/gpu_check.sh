@@ -37,13 +37,20 @@ if [ "$what" = profile ]; then
 fi
 
 if [ "$what" = dynamic ]; then
+  # DYNAMIC_PARTS: tests, bench (both by default); BENCH_IMPLS: the compilers bench_dynamic runs.
+  if [[ "${DYNAMIC_PARTS:-tests,bench}" != *tests* ]]; then
+    python3 tools/bench_dynamic.py --device cuda --kernels --impls "${BENCH_IMPLS:-ptc,torch.compile}" \
+      --json "$OUT/bench-dynamic-cuda.json" 2>&1 | tee "$OUT/bench-dynamic-cuda.log" | tail -30
+    exit 0
+  fi
   (cd packages/ptc-capture && timeout 240 python3 -m pytest tests -q -p no:cacheprovider -m "not slow" > "$OUT/dynamic-tests.log" 2>&1)
   echo "ptc-capture (3.12): $(tail -1 "$OUT/dynamic-tests.log")"
   (cd packages/ptc && timeout 300 python3 -m pytest tests/test_dynamic.py -q -p no:cacheprovider -m "gpu or not gpu" > /tmp/dyn.log 2>&1)
   cat /tmp/dyn.log >> "$OUT/dynamic-tests.log"
   echo "ptc dynamic tests: $(tail -1 /tmp/dyn.log)"
   grep -E "^(FAILED|ERROR)" /tmp/dyn.log | head -20
-  python3 tools/bench_dynamic.py --device cuda --kernels --json "$OUT/bench-dynamic-cuda.json" 2>&1 | tee "$OUT/bench-dynamic-cuda.log" | tail -30
+  [[ "${DYNAMIC_PARTS:-tests,bench}" == *bench* ]] && python3 tools/bench_dynamic.py --device cuda --kernels \
+    --impls "${BENCH_IMPLS:-ptc,torch.compile}" --json "$OUT/bench-dynamic-cuda.json" 2>&1 | tee "$OUT/bench-dynamic-cuda.log" | tail -30
   exit 0
 fi
 
