@@ -5,7 +5,8 @@ is called at 16 sequence lengths, once each, under a compiler and a dynamic poli
 per cell: graphs compiled, total compile time (time of every call minus the steady time of a
 call at that length, i.e. what the first call at a new size costs), the max relative error
 against eager over all lengths, and, with --kernels, the steady time per call at a few lengths
-for the dynamic compile against a static compile at the same length.
+for the dynamic compile against a static compile at the same length (on CUDA also the GPU time
+of the kernels per call, from the profiler: a small model's call time is mostly host time).
 
     python tools/bench_dynamic.py                            # CPU, both compilers, both policies
     python tools/bench_dynamic.py --device cuda --kernels    # on the GPU machine
@@ -116,6 +117,21 @@ def _steady(fn: Any, device: Any, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+def _device_ms(fn: Any, repeats: int = 20) -> float:
+    """GPU time of the kernels one call launches (summed from the profiler, in ms): the kernels'
+    own cost, which host overhead of a small model would otherwise hide."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / repeats / 1e3
+
+
 def run_cell(impl: str, policy_name: str, device_name: str, kernels: bool) -> dict[str, Any]:
     """One (compiler, policy) cell, in this process."""
     import torch
@@ -148,6 +164,9 @@ def run_cell(impl: str, policy_name: str, device_name: str, kernels: bool) -> di
                 logits(static, ids)
                 row[f"dyn_ms@{length}"] = round(_steady(lambda ids=ids: logits(compiled, ids), device, 20) * 1e3, 3)
                 row[f"static_ms@{length}"] = round(_steady(lambda s=static, ids=ids: logits(s, ids), device, 20) * 1e3, 3)
+                if device.type == "cuda":
+                    row[f"dyn_gpu_ms@{length}"] = round(_device_ms(lambda ids=ids: logits(compiled, ids)), 4)
+                    row[f"static_gpu_ms@{length}"] = round(_device_ms(lambda s=static, ids=ids: logits(s, ids)), 4)
     return row
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sympy
 import torch
 from dynamic_harness import BACKENDS, D, compile_dynamic, sizes_of
 
@@ -206,3 +207,37 @@ def test_a_symbolic_row_is_cached_when_it_fits_and_recomputed_otherwise() -> Non
     assert "if (s1 <= 8192)" in source and "alignas(64) float row0[8192];" in source
     # Rows on both sides of the buffer's size, with threads and without.
     dyn.run_all(sizes_of(s0=[6, 2, 40, 3], s1=[10, 8192, 8193, 9000]))
+
+
+def _efficient_attention(q: Any, k: Any, v: Any, mask: Any) -> Any:
+    # What eager's scaled_dot_product_attention hands the memory-efficient kernel: the bias
+    # padded to rows of 16 and sliced back (a view with aligned row strides).
+    t = mask.shape[-1]
+    bias = aten.slice.Tensor(aten.constant_pad_nd.default(mask, [0, (16 - t % 16) % 16]), -1, 0, t)
+    return aten._scaled_dot_product_efficient_attention.default(q, k, v, bias, False)[0]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
+def test_memory_efficient_attention_gets_its_bias_in_aligned_rows(dynamic: bool) -> None:
+    from ptc_inductor.ir import BufferArg, ExternNode
+    from ptc_inductor.lowering import lower_graph
+
+    env = ShapeEnv()
+    cuda = torch.device("cuda")
+    metas = [TensorMeta.of((2, 4, 17, 8), device=cuda) for _ in range(3)] + [TensorMeta.of((2, 4, 17, 17), device=cuda)]
+    if dynamic:
+        metas = [ptc_spec.dynamic_meta(m, [2] if i < 3 else [2, 3], env) for i, m in enumerate(metas)]
+    gm = ptc_spec.trace(_efficient_attention, *metas, shape_env=env, dialect="core/1")
+    lowered = lower_graph(gm, config_from_env(backend="triton"))
+    (call,) = [n for n in lowered.nodes if isinstance(n, ExternNode)]
+    bias = call.args[3]
+    assert isinstance(bias, BufferArg) and bias.stride[-1] == 1
+    # The kernel rejects a bias whose strides are not multiples of 16 bytes' worth of elements
+    # (a compact 17x17 bias has row stride 17 and head stride 289).
+    for length in (17, 5, 31, 64):
+        values = dict.fromkeys(env.symbols, length)
+        strides = [int(sympy.sympify(s).subs(values)) for s in bias.stride[:-1]]
+        padded = -(-length // 16) * 16 if dynamic else 32
+        assert strides[-1] == padded and all(s % 16 == 0 for s in strides), (length, strides)
+        if not dynamic:
+            break

@@ -262,8 +262,9 @@ class LoweringContext:
         key = None if value is None else self._key_of.get(id(value))
         return () if key is None else (key,)
 
-    def realize(self, value: TensorValue, stride: Sequence[Size] | None = None) -> TensorValue:
-        """Materialize ``value`` into a buffer (once); ``stride`` fixes the layout when dense."""
+    def realize(self, value: TensorValue, stride: Sequence[Size] | None = None, *, exact: bool = False) -> TensorValue:
+        """Materialize ``value`` into a buffer (once); ``stride`` fixes the layout when dense
+        (always, with ``exact``: a padded layout an extern kernel requires)."""
         if value.view is not None:
             return value
         key = self._key_of.get(id(value))
@@ -272,11 +273,14 @@ class LoweringContext:
         record = self._lazy[key]
         if record.realized is not None:
             return record.realized
-        if record.view_of is not None:
+        if record.view_of is not None and not exact:
             shared = self._realize_as_view(record, stride)
             if shared is not None:
                 return shared
-        layout = self._layout_for(value, stride)
+        if exact and stride is not None:
+            layout = Layout(value.dtype, value.device, value.size, tuple(stride), 0, False)
+        else:
+            layout = self._layout_for(value, stride)
         name = self.new_name()
         buf = self.add_buffer(name, layout, "computed")
         ranges, kept = squeeze_ranges(value.size)
@@ -501,3 +505,37 @@ class LoweringContext:
         real = self.realize(value)
         assert real.view is not None
         return real.view
+
+    def as_aligned_arg(self, value: TensorValue, align: int) -> BufferArg:
+        """A BufferArg whose last stride is 1 and every other stride and the offset are multiples
+        of ``align`` elements (memory-efficient attention's bias); a value laid out otherwise is
+        stored into rows padded to ``align``, as eager pads the bias it hands that kernel."""
+        if value.view is not None and _aligned(value.view, align):
+            return value.view
+        if value.view is not None or self._lazy[self._key_of[id(value)]].realized is not None:
+            # Already in a buffer of another layout: copy it.
+            value = self.lazy(dataclasses.replace(value, view=None), [value], 0)
+        real = self.realize(value, padded_strides(value.size, align), exact=True)
+        assert real.view is not None
+        return real.view
+
+
+def padded_strides(size: Sequence[Size], align: int) -> tuple[Size, ...]:
+    """Row-major strides of ``size`` with each row (the last dim) padded to a multiple of ``align``."""
+    if not size:
+        return ()
+    row = size[-1]
+    padded = align * ((row + align - 1) // align) if isinstance(row, int) else sizes.normalize(align * sympy.floor((row + align - 1) / align))
+    strides: list[Size] = [1]
+    outer: Size = padded
+    for s in reversed(size[:-1]):
+        strides.append(outer)
+        outer = sizes.normalize(outer * s)
+    return tuple(reversed(strides))
+
+
+def _aligned(arg: BufferArg, align: int) -> bool:
+    if arg.size and arg.size[-1] != 1 and arg.stride[-1] != 1:
+        return False
+    rest = [*arg.stride[:-1], arg.offset]
+    return all(sympy.Mod(sympy.sympify(x), align) == 0 for x in rest)

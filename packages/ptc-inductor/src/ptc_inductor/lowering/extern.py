@@ -27,12 +27,27 @@ def _args(ctx: LoweringContext, a: Any) -> Any:
     return a
 
 
+# Memory-efficient attention reads its bias in aligned rows: every stride but the last a
+# multiple of 16 elements (eager pads the bias to that before calling it). op -> bias position.
+_ALIGNED_BIAS = {
+    aten._scaled_dot_product_efficient_attention.default: 3,
+    aten._scaled_dot_product_efficient_attention_backward.default: 4,
+    aten._efficient_attention_forward.default: 3,
+    aten._efficient_attention_backward.default: 4,
+}
+_BIAS_ALIGNMENT = 16
+
+
 def extern_lowering(op: Any) -> Callable[..., Any]:
     """A lowering that calls ``op`` through torch.ops on realized inputs."""
     mark_extern(op)
+    aligned = _ALIGNED_BIAS.get(op)
 
     def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
-        return ctx.add_extern(op, _args(ctx, args), {k: _args(ctx, v) for k, v in kwargs.items()}, ctx.meta)
+        lowered = tuple(
+            ctx.as_aligned_arg(a, _BIAS_ALIGNMENT) if i == aligned and isinstance(a, TensorValue) else _args(ctx, a) for i, a in enumerate(args)
+        )
+        return ctx.add_extern(op, lowered, {k: _args(ctx, v) for k, v in kwargs.items()}, ctx.meta)
 
     return lower
 
