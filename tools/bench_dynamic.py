@@ -142,6 +142,7 @@ def run_cell(impl: str, policy_name: str, device_name: str, kernels: bool) -> di
     compile_fn, graphs = _compiler(impl, POLICIES[policy_name])
     compiled = compile_fn(model)
     compile_seconds, worst = 0.0, 0.0
+    per_length: list[float] = []
     with torch.no_grad():
         for length in LENGTHS:
             ids = torch.randint(0, 2048, (2, length), device=device)
@@ -152,10 +153,12 @@ def run_cell(impl: str, policy_name: str, device_name: str, kernels: bool) -> di
             first = time.perf_counter() - start
             steady = _steady(lambda ids=ids: logits(compiled, ids), device)
             compile_seconds += max(first - steady, 0.0)
+            per_length.append(round(max(first - steady, 0.0), 2))
             expected = logits(model, ids)
             worst = max(worst, float((out - expected).abs().max() / expected.abs().max().clamp_min(1e-12)))
         row: dict[str, Any] = {"impl": impl, "policy": policy_name, "device": device_name, "lengths": len(LENGTHS),
-                               "graphs": graphs(), "compile_s": round(compile_seconds, 2), "max_rel_err": worst}  # fmt: skip
+                               "graphs": graphs(), "compile_s": round(compile_seconds, 2), "max_rel_err": worst,
+                               "first_call_s": per_length}  # fmt: skip
         if kernels:
             static_fn, _ = _compiler(impl, False)
             for length in (31, 64, 127):
