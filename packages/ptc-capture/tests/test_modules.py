@@ -214,3 +214,31 @@ def test_cached_call_reads_parameters_without_module_getattr(monkeypatch):
         actual = compiled(x)
     assert calls == []
     compare_with_eager(lambda _: actual, model, x)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(6, 6) for _ in range(4))
+        self.count = 3
+
+    def forward(self, x):
+        for layer in self.layers[: self.count]:
+            x = torch.tanh(layer(x))
+        for layer in self.layers[::-2]:
+            x = x + layer(x)
+        return x
+
+
+def test_slicing_a_module_list_is_one_graph_and_never_recompiles():
+    torch.manual_seed(0)
+    model = _Stack()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(model)
+    for _ in range(3):
+        compare_with_eager(compiled, model, torch.randn(2, 6))
+    # A slice is a new ModuleList each call; nothing may guard on its identity.
+    assert backend.count == 1
+    model.count = 2
+    compare_with_eager(compiled, model, torch.randn(2, 6))
+    assert backend.count == 2

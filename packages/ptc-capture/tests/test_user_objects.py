@@ -495,3 +495,57 @@ def test_assignment_to_an_object_from_the_frame_runs_its_class_setattr():
     del PREFIXED._scale  # eager's call set it too: the compiled call alone must set it again
     compiled(torch.randn(3))
     assert backend.count == 1 and PREFIXED._scale == 3 and "scale" not in vars(PREFIXED)
+
+
+class _Scaled:
+    """A context manager written in Python: state changes on enter and exit, a value entered."""
+
+    def __init__(self, k):
+        self.k = k
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+        return self.k
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        return False
+
+
+def _with_blocks(x):
+    import contextlib
+
+    with contextlib.nullcontext(3) as n:
+        y = x * n
+    scaled = _Scaled(2.0)
+    with scaled as k:
+        y = y + k * scaled.depth
+    return y - scaled.depth
+
+
+def test_with_over_context_managers_made_in_the_trace_is_one_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_with_blocks)
+    compare_with_eager(compiled, _with_blocks, torch.randn(3, 4))
+    assert backend.count == 1
+
+
+_TABLE = {"relu": torch.relu, "tanh": torch.tanh}
+
+
+def _lookup(x, name):
+    return _TABLE.get(name, torch.sigmoid)(x) + len(_TABLE)
+
+
+def test_a_bound_dict_method_of_a_global_is_traced_and_guarded():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_lookup)
+    for name in ("relu", "tanh", "gelu"):
+        compare_with_eager(compiled, _lookup, torch.randn(5), name)
+    _TABLE["gelu"] = torch.nn.functional.gelu
+    try:
+        # The table changed: the guard on its contents sends the call to a new capture.
+        compare_with_eager(compiled, _lookup, torch.randn(5), "gelu")
+    finally:
+        del _TABLE["gelu"]

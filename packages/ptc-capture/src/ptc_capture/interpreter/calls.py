@@ -362,7 +362,21 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
     packet = binding_op(value)
     if packet is not None:
         return dispatcher_call(frame, packet, args, kwargs)
+    bound = _bound_builtin_rule(value)
+    if bound is not None and fn.source is not None:
+        # MAPPING.get(key) of a dict (list, set) read from the frame: the unbound method's rule,
+        # with the container traced (and guarded) through the method's __self__.
+        self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__"))
+        return bound(frame, const(getattr(type(value.__self__), value.__name__)), [self_var, *args], kwargs)
     raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
+
+
+def _bound_builtin_rule(value: Any) -> Caller | None:
+    """The rule of a C method bound to a plain container (``{...}.get``), if there is one."""
+    owner = getattr(value, "__self__", None)
+    if not isinstance(value, types.BuiltinMethodType) or type(owner) not in (dict, list, set, tuple):
+        return None
+    return BUILTINS.get(id(getattr(type(owner), value.__name__, None)))
 
 
 def _graph_argument(var: Var) -> bool:

@@ -94,6 +94,17 @@ def _for_iter(frame: Frame, inst: dis.Instruction) -> None:
 @handler("BEFORE_WITH")
 def _before_with(frame: Frame, inst: dis.Instruction) -> None:
     manager = frame.pop()
+    if manager.kind == "userobj":
+        # A context manager made while tracing (contextlib.nullcontext(), a user class): its
+        # __enter__ is inlined now and the bound __exit__ is what the block's end calls.
+        from ptc_capture.interpreter.attrs import userobj_attr
+        from ptc_capture.interpreter.objects import call_slot
+
+        exit_method = userobj_attr(frame, manager, "__exit__")
+        entered = call_slot(frame, manager, "__enter__", [])
+        frame.push(exit_method)
+        frame.push(entered)
+        return
     if manager.kind != "ctx":
         raise Unsupported(f"with-statement over a {manager.kind} ({type(manager.value).__name__})")
     if isinstance(manager.value, AutocastRegion):

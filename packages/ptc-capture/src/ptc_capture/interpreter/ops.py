@@ -263,11 +263,16 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
         key = as_const(index, "a module index")
         child = obj.value[key]
         if isinstance(child, torch.nn.Module):
-            for name, candidate in obj.value._modules.items():
-                if candidate is child:
-                    source = obj.source.attr("_modules").item(name) if obj.source else None
-                    return frame.state.wrap(child, source)
-        raise Unsupported("slicing a module container is not supported")
+            named = [(name, m) for name, m in obj.value._modules.items() if m is not None]
+            picked = [(name, m) for name, m in named if m is child]
+            if isinstance(key, slice) and isinstance(obj.value, torch.nn.ModuleList):
+                # A fresh ModuleList each call (self.layers[:n]): traced as the list of its
+                # modules, each read through the parent, so nothing guards the new object.
+                picked = named[key]
+                return Var("list", box=ListBox([_child(frame, obj, name, m) for name, m in picked]))
+            if len(picked) == 1 and not isinstance(key, slice):
+                return _child(frame, obj, *picked[0])
+        raise Unsupported(f"slicing a {type(obj.value).__name__} is not supported (a ModuleList slice is)")
     if kind == "userobj":
         from ptc_capture.interpreter.objects import call_slot
 
@@ -285,6 +290,11 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
             raise Unsupported(f"subscript raised {type(exc).__name__} at trace time") from exc
         return frame.state.wrap(value, obj.source.item(index.value))
     return fold(operator.getitem, obj, index)
+
+
+def _child(frame: Frame, container: Var, name: str, module: torch.nn.Module) -> Var:
+    source = container.source.attr("_modules").item(name) if container.source else None
+    return frame.state.wrap(module, source)
 
 
 @handler("BINARY_SUBSCR")
