@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    policies = {"default": None, "true": True}
+    policies = {"default": None, "true": True, "false": False}
     if args.cell:
         name, policy, mode = args.cell.split(":")
         print(json.dumps(run(name, policies[policy], mode, args.device)))
