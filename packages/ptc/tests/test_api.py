@@ -99,3 +99,23 @@ def test_disable_runs_eagerly_and_is_compiling_is_false_outside() -> None:
 def test_log_channels_are_validated() -> None:
     with pytest.raises(ValueError, match="unknown log channel bogus: valid channels are all, graph_breaks"):
         ptc.enable_logs(["bogus"])
+
+
+def test_ptc_logs_print_each_line_once() -> None:
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import torch, ptc
+        f = ptc.compile(lambda x: x * 2, backend="eager", dynamic=False)
+        f(torch.randn(3)); f(torch.randn(4))
+        """
+    )
+    env = {**os.environ, "PTC_LOGS": "recompiles"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("[ptc.capture.recompiles]")]
+    assert len(lines) == 1 and "size of x dim 0 is 4, expected 3" in lines[0], out.stderr[-2000:]

@@ -30,11 +30,14 @@ def set_logs(channels: Iterable[str]) -> None:
     if _handler is None:
         _handler = logging.StreamHandler()
         _handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+        # Marks a stderr handler of ptc's log switch: ptc's own PTC_LOGS handling sets the
+        # same mark, so whichever comes second adds none (each line printed once).
+        _handler._ptc_logs = True  # type: ignore[attr-defined]
     for name in CHANNELS:
         logger = channel(name)
         if name in wanted:
             logger.setLevel(logging.DEBUG)
-            if _handler not in logger.handlers:
+            if not any(getattr(h, "_ptc_logs", False) for h in logger.handlers):
                 logger.addHandler(_handler)
         else:
             logger.setLevel(logging.WARNING)

@@ -27,11 +27,13 @@ def enable(channels: list[str]) -> None:
         raise ValueError(f"unknown log channel {', '.join(unknown)}: valid channels are all, {', '.join(CHANNELS)}")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    # The mark ptc-capture's own PTC_LOGS handler carries too: one handler per logger.
+    handler._ptc_logs = True  # type: ignore[attr-defined]
     for channel in names:
         for logger_name in CHANNELS[channel]:
             logger = logging.getLogger(logger_name)
             logger.setLevel(logging.INFO)
-            if not logger.handlers:
+            if not any(getattr(h, "_ptc_logs", False) for h in logger.handlers):
                 logger.addHandler(handler)
 
 
