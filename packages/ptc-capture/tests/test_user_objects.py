@@ -549,3 +549,47 @@ def test_a_bound_dict_method_of_a_global_is_traced_and_guarded():
         compare_with_eager(compiled, _lookup, torch.randn(5), "gelu")
     finally:
         del _TABLE["gelu"]
+
+
+_EVENTS: list = []
+
+
+class _Logged:
+    def __enter__(self):
+        _EVENTS.append("enter")
+        return self
+
+    def __exit__(self, kind, value, tb):
+        _EVENTS.append(("exit", kind))
+        return False
+
+
+def _break_inside_with(x):
+    with _Logged():
+        y = x * 2
+        print("a graph break")
+        y = y + 1
+    return y
+
+
+def _raise_inside_with(x):
+    with _Logged():
+        y = x * 2
+        raise ValueError("boom")
+    return y
+
+
+def test_a_break_or_raise_inside_a_user_context_manager_keeps_eager_enter_and_exit():
+    for fn, error in ((_break_inside_with, None), (_raise_inside_with, ValueError)):
+        compiled = ptc_capture.optimize(CountingBackend())(fn)
+        for run in (fn, compiled, compiled):
+            x = torch.randn(3)
+            _EVENTS.clear()
+            if error is None:
+                got = run(x)
+            else:
+                with pytest.raises(error):
+                    run(x)
+            assert _EVENTS == ["enter", ("exit", error)], (fn.__name__, _EVENTS)
+            if error is None:
+                assert torch.equal(got, x * 2 + 1)

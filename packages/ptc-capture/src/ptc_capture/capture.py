@@ -130,6 +130,10 @@ def capture_frame(
             raise GraphBreakError(f"graph break in {code.co_qualname}: {exc.reason} at {where}") from None
         _break_log.debug("graph break in %s: %s", code.co_qualname, record)
         inst = _breaking_instruction(root)
+        if any(v.kind == "method" and getattr(v.value, "__name__", "") == "__exit__" for v in root.stack):
+            # Resuming would rebuild the manager after the graph: its __enter__ side effects and
+            # the exception its __exit__ sees could not both stay as eager's.
+            return _eager(state, code, record, "a graph break inside a with-block over a context manager written in Python")
         if inst is None or inst.opname not in NATIVE:
             return _eager(state, code, record, f"cannot resume after {inst.opname if inst else '?'}")
         if in_try_block(code, inst.offset):
