@@ -593,3 +593,31 @@ def test_a_break_or_raise_inside_a_user_context_manager_keeps_eager_enter_and_ex
             assert _EVENTS == ["enter", ("exit", error)], (fn.__name__, _EVENTS)
             if error is None:
                 assert torch.equal(got, x * 2 + 1)
+
+
+class _ConfigA:
+    scale = 2.0
+
+
+class _ConfigB:
+    scale = 3.0
+
+
+_BY_CLASS = {_ConfigA: torch.relu, _ConfigB: torch.tanh}
+
+
+def _dispatch_on_class(x, config):
+    return _BY_CLASS[type(config)](x) * config.scale + len(_BY_CLASS)
+
+
+def test_a_registry_keyed_by_classes_is_traced_with_its_keys_guarded():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_dispatch_on_class)
+    for config in (_ConfigA(), _ConfigB(), _ConfigA()):
+        compare_with_eager(compiled, _dispatch_on_class, torch.randn(4), config)
+    assert backend.count == 2
+    _BY_CLASS[_ConfigA] = torch.sigmoid
+    try:
+        compare_with_eager(compiled, _dispatch_on_class, torch.randn(4), _ConfigA())
+    finally:
+        _BY_CLASS[_ConfigA] = torch.relu

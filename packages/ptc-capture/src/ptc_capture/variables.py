@@ -197,12 +197,16 @@ _KEY_TYPES = (str, int, bool, float, type(None), torch.dtype, torch.device)
 
 def constant_key(key: Any) -> bool:
     """True for a dict key the trace can hold as a constant: equal keys are interchangeable
-    (str, int, bool, float but NaN, None, dtypes, devices, and tuples of these)."""
+    (str, int, bool, float but NaN, None, dtypes, devices, classes, and tuples of these)."""
     ty = type(key)
     if ty is tuple:
         return all(constant_key(k) for k in key)
     if ty is float:
         return not math.isnan(key)  # a NaN key is found only by identity
+    if isinstance(key, type):
+        # A class compares and hashes by identity unless its metaclass says otherwise
+        # (registries keyed by config classes, as transformers' auto mappings).
+        return ty.__eq__ is type.__eq__ and ty.__hash__ is type.__hash__
     return ty in _KEY_TYPES
 
 
