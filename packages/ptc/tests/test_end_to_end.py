@@ -103,3 +103,40 @@ def test_explain_counts_graphs_and_breaks() -> None:
     report = ptc.explain(f)(torch.ones(3))
     assert report.graph_count >= 2
     assert report.graph_break_count >= 1
+
+
+def _unsqueeze_input(x: torch.Tensor) -> torch.Tensor:
+    x.unsqueeze_(1)
+    return x * 2
+
+
+def _transpose_input_then_compute(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    y = y.relu()
+    x.t_()
+    return x @ y
+
+
+def _resize_input(x: torch.Tensor) -> torch.Tensor:
+    x.resize_(2, 3)
+    return x.sum(0)
+
+
+METADATA_CASES = {
+    "unsqueeze_": (_unsqueeze_input, lambda: [torch.randn(5)]),
+    "t_": (_transpose_input_then_compute, lambda: [torch.randn(3, 5), torch.randn(3, 4)]),
+    "resize_": (_resize_input, lambda: [torch.randn(6)]),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(METADATA_CASES))
+def test_in_place_metadata_changes_of_inputs_reach_the_caller(backend: str, case: str) -> None:
+    fn, make = METADATA_CASES[case]
+    compiled = ptc.compile(fn, backend=backend)
+    for _ in range(2):
+        got_args = make()
+        want_args = [a.clone() for a in got_args]
+        assert_same(compiled(*got_args), fn(*want_args))
+        for got, want in zip(got_args, want_args):
+            assert got.shape == want.shape and got.stride() == want.stride()
+            assert_same(got, want)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dis
+import functools
 import inspect
 import math
 import types
@@ -474,6 +475,10 @@ def _same_func(self_var: Var, func: Any) -> bool:
 @caller("tensor_method")
 def _call_tensor_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     name = fn.value
+    if fn.items[0].source is not None and _changes_metadata(name):
+        # The caller's tensor itself must change shape; a compiled graph returns new tensors
+        # and cannot re-view its inputs, so the call runs as eager's, outside the graph.
+        raise Unsupported(f"Tensor.{name}() changes the shape or strides of a tensor from outside the graph; it runs outside the graph")
     if not is_graph_target(getattr(torch.Tensor, name, None)):
         # A method graphs may not name (private ones): the aten op it binds, if there is one.
         packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
@@ -489,6 +494,20 @@ def _call_tensor_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str
         # In-place methods return self; keep identity so ``y = x.add_(1); y is x`` holds.
         return result
     return result
+
+
+_METADATA_MUTATORS = frozenset({"resize_", "resize_as_", "set_", "as_strided_"})
+
+
+@functools.cache
+def _changes_metadata(name: str) -> bool:
+    """Whether ``Tensor.<name>`` changes its tensor's sizes or strides in place (``unsqueeze_``, ``t_``)."""
+    if name in _METADATA_MUTATORS:
+        return True
+    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() and name.endswith("_") else None
+    if packet is None:
+        return False
+    return any(torch.Tag.inplace_view in getattr(packet, overload).tags for overload in packet.overloads())
 
 
 @caller("closure")
