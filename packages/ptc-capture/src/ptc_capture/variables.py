@@ -206,7 +206,7 @@ def constant_key(key: Any) -> bool:
     if isinstance(key, type):
         # A class compares and hashes by identity unless its metaclass says otherwise
         # (registries keyed by config classes, as transformers' auto mappings).
-        return ty.__eq__ is type.__eq__ and ty.__hash__ is type.__hash__
+        return all(getattr(ty, slot) is getattr(type, slot) for slot in ("__eq__", "__hash__"))
     return ty in _KEY_TYPES
 
 
