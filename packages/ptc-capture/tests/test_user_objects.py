@@ -621,3 +621,23 @@ def test_a_registry_keyed_by_classes_is_traced_with_its_keys_guarded():
         compare_with_eager(compiled, _dispatch_on_class, torch.randn(4), _ConfigA())
     finally:
         _BY_CLASS[_ConfigA] = torch.relu
+
+
+def _collections_types(x):
+    d = collections.defaultdict(list)
+    d["a"].append(x)
+    counts = collections.Counter("aab")
+    dq = collections.deque([1, 2], maxlen=3)
+    dq.appendleft(0)
+    dq.append(5)
+    od = collections.OrderedDict(a=1, b=2)
+    od.move_to_end("a")
+    chain = collections.ChainMap({"k": 1}, {"k": 2, "j": 3})
+    pair = collections.namedtuple("Pair", "a b")(1, 2)
+    return d["a"][0] * counts["a"] + sum(dq) + pair.b + list(od)[0].count("b") + chain["k"] + chain["j"]
+
+
+def test_collections_types_give_eager_results_with_or_without_breaks():
+    compiled = ptc_capture.optimize(CountingBackend())(_collections_types)
+    for _ in range(2):
+        compare_with_eager(compiled, _collections_types, torch.randn(3))
