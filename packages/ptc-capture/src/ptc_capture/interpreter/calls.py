@@ -19,7 +19,14 @@ from ptc_capture.interpreter.dispatcher_ops import binding_op, custom_op_overloa
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.ops import has_sym
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
-from ptc_capture.interpreter.values import as_const, from_python, graph_call, has_tensor, sequence_items
+from ptc_capture.interpreter.values import (
+    STORAGE_MUTATORS,
+    as_const,
+    from_python,
+    graph_call,
+    has_tensor,
+    sequence_items,
+)
 from ptc_capture.variables import (
     NULL,
     CellBox,
@@ -496,7 +503,7 @@ def _call_tensor_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str
     return result
 
 
-_METADATA_MUTATORS = frozenset({"resize_", "resize_as_", "set_", "as_strided_"})
+_METADATA_MUTATORS = STORAGE_MUTATORS | {"as_strided_"}
 
 
 @functools.cache

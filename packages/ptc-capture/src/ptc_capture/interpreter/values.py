@@ -182,6 +182,10 @@ def _listed_items(frame: Frame, var: Var) -> list[Var]:
     return [frame.state.wrap(v, listed.item(i)) for i, v in enumerate(values)]
 
 
+STORAGE_MUTATORS = frozenset({"resize_", "resize_as_", "set_"})
+"""In-place ops that give a tensor new storage, by method or function name."""
+
+
 def graph_call(
     frame: Frame,
     op: str,
@@ -194,6 +198,11 @@ def graph_call(
     """Record a torch op in the graph, or defer it to after the graph when meta tensors cannot
     describe its result (see ptc_capture.deferred); a graph break when neither is possible."""
     state = frame.state
+    name = target if op == "call_method" else getattr(target, "__name__", "")
+    if name in STORAGE_MUTATORS:
+        # A tensor given new storage (resize_, set_) cannot be expressed by a graph of
+        # functional ops; eager's call runs outside the graph.
+        raise Unsupported(f"{_call_label(op, target)} changes the size or storage of a tensor in place; it runs outside the graph")
     pending = deferred_in(args, kwargs)
     writes = mutates_tensors(op, target, kwargs, mutates)
     if pending:
