@@ -424,3 +424,51 @@ def test_function_made_in_the_trace_leaves_it_with_the_frames_globals():
 
     compare_with_eager(applied(compiled), applied(_returns_lambda), torch.randn(3))
     assert backend.count == 1
+
+
+# -- builtins and library functions on Python values, in one graph -----------------------------
+
+
+def _number_builtins(x):
+    q, r = divmod(17, 5)
+    return x * round(2.6) + q + r + pow(2, 3) + round(7 / 3, 1)
+
+
+def _reduce_and_sorted(x):
+    import functools
+    import operator
+
+    parts = [x, x * 2, x - 1]
+    total = functools.reduce(operator.add, parts)
+    scaled = functools.reduce(lambda acc, p: acc * 0.5 + p, parts, x)
+    order = sorted([3, 1, 2], key=lambda v: -v)
+    return total + scaled * order[0] + sorted(["bb", "a"], key=len, reverse=True)[0].count("b")
+
+
+def _sets_ranges_sizes(x):
+    seen = set([1, 2, 2]) | frozenset((3,))
+    steps = range(0, 10, 2)
+    shape = torch.Size([x.shape[0], 2])
+    pairs = sum(a * b for a, b in zip([x, x], [1, 2], strict=True))
+    device = torch.device("cpu")
+    return x.new_ones(shape, device=device).sum(1) * len(seen) + steps.index(4) + steps.count(6) + pairs
+
+
+@pytest.mark.parametrize("fn", [_number_builtins, _reduce_and_sorted, _sets_ranges_sizes])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_builtins_on_python_values_are_one_graph(fn, dynamic):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True, dynamic=dynamic)(fn)
+    for n in (5, 7):
+        compare_with_eager(compiled, fn, torch.randn(n))
+    assert backend.count == (1 if dynamic else 2)
+
+
+def _zip_strict_mismatch(x):
+    return sum(a * b for a, b in zip([x, x], [1], strict=True))
+
+
+def test_zip_strict_over_different_lengths_raises_as_eager():
+    compiled = ptc_capture.optimize(CountingBackend())(_zip_strict_mismatch)
+    with pytest.raises(ValueError, match="zip"):
+        compiled(torch.randn(3))

@@ -148,7 +148,9 @@ class GraphState:
         fx_args, meta_args, device = _lower(args, self.sizes)
         fx_kwargs, meta_kwargs, kdevice = _lower(kwargs, self.sizes)
         device = _device_hint(meta_args, meta_kwargs, device or kdevice or torch.device("cpu"))
-        if factory:
+        if factory or (op == "call_method" and str(target).startswith("new_") and "device" in meta_kwargs):
+            # (x.new_ones(..., device=d) is a factory too: on a real device its meta run would
+            # allocate, and need concrete sizes.)
             meta_kwargs = {**meta_kwargs, "device": "meta"}
         if op == "call_method" and target in _DEVICE_MOVES:
             # A meta tensor cannot be copied to a real device; the move is run meta to meta and

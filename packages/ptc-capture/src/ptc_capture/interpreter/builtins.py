@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import inspect
 import operator
 import types
@@ -14,7 +15,7 @@ import torch
 
 from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.calls import BUILTINS, Caller
-from ptc_capture.interpreter.ops import binary, compare, contains, getitem, unary
+from ptc_capture.interpreter.ops import binary, compare, contains, fold, getitem, unary
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, sequence_items, truth
 from ptc_capture.symbolic_sizes import pytype_of
@@ -161,9 +162,10 @@ def _enumerate(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 @builtin(zip)
 def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    if kwargs.get("strict") is not None and truth(kwargs["strict"]):
-        raise Unsupported("zip(strict=True) is not supported")
     columns = [sequence_items(frame, a) for a in args]
+    if kwargs.get("strict") is not None and truth(kwargs["strict"]) and len({len(c) for c in columns}) > 1:
+        # Eager raises ValueError when the shortest runs out; it raises there with its traceback.
+        raise Unsupported("zip(strict=True) over sequences of different lengths (ValueError in eager)")
     rows = [Var("tuple", tuple, items=tuple(row)) for row in zip(*columns)]
     return Var("iter", box=IterBox(rows))
 
@@ -284,6 +286,15 @@ def _all(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 @builtin(sorted)
 def _sorted(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     values = [as_const(v, "sorted()") for v in sequence_items(frame, args[0])]
+    key = kwargs.get("key")
+    if key is not None and not is_python_value(key):
+        # A key written in Python (a lambda, a closure): traced once per item, in eager's order.
+        from ptc_capture.interpreter.calls import call
+
+        keys = [as_const(call(frame, key, [from_python(v)], {}), "a sort key") for v in values]
+        reverse = bool(as_const(kwargs["reverse"], "sorted()")) if "reverse" in kwargs else False
+        order = sorted(range(len(values)), key=keys.__getitem__, reverse=reverse)
+        return from_python([values[i] for i in order])
     options = {k: as_const(v, "sorted()") for k, v in kwargs.items()}
     return from_python(sorted(values, **options))
 
@@ -380,7 +391,7 @@ def _super(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("super", items=(load_cell(frame, "__class__"), load_local(frame, code.co_varnames[0])))
 
 
-@builtin(torch.finfo, torch.iinfo)
+@builtin(torch.finfo, torch.iinfo, torch.device)
 def _type_info(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     values = [as_const(a, "a dtype") for a in args]
     return const(fn.value(*values, **{k: as_const(v, "a dtype") for k, v in kwargs.items()}))
@@ -389,6 +400,46 @@ def _type_info(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 @builtin(builtins.id, hash)
 def _fold_builtin(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return from_python(fn.value(*[as_const(a, fn.value.__name__) for a in args]))
+
+
+@builtin(round, divmod, pow)
+def _number_builtin(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # On Python numbers (sizes included) these are arithmetic; on a tensor they dispatch to
+    # its dunder, which the graph records through the operator instead.
+    if kwargs or any(a.kind not in ("const", "sym") for a in args):
+        raise Unsupported(f"{fn.value.__name__}() of a {', '.join(sorted({a.kind for a in args}))} value")
+    return fold(fn.value, *args)
+
+
+@builtin(set, frozenset)
+def _set(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # Sets hold hashable Python values: a constant, as BUILD_SET makes.
+    items = [as_const(v, "a set item") for v in sequence_items(frame, args[0])] if args else []
+    return const(fn.value(items))
+
+
+@builtin(functools.reduce)
+def _functools_reduce(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    from ptc_capture.interpreter.calls import call
+
+    items = list(sequence_items(frame, args[1]))
+    if len(args) > 2:
+        acc = args[2]
+    elif items:
+        acc = items.pop(0)
+    else:
+        raise Unsupported("reduce() of an empty sequence with no initial value (TypeError in eager)")
+    for item in items:
+        acc = call(frame, args[0], [acc, item], {})
+    return acc
+
+
+@builtin(torch.Size)
+def _torch_size(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    items = tuple(sequence_items(frame, args[0])) if args else ()
+    if any(not (_is_number(v) and python_type(v) is int) for v in items):
+        raise Unsupported("torch.Size() of values other than ints")
+    return Var("tuple", torch.Size, items=items)
 
 
 @builtin(torch._C._is_tracing)

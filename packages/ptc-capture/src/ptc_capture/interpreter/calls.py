@@ -447,7 +447,7 @@ def _call_userobj(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]
 def _call_const(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     value = fn.value
     if isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and isinstance(
-        getattr(value, "__self__", None), (str, int, float, tuple, bytes, frozenset, set, torch.dtype, torch.device)
+        getattr(value, "__self__", None), (str, int, float, tuple, bytes, frozenset, set, range, torch.dtype, torch.device)
     ):
         values = [as_const(a, "an argument") for a in args]
         kw = {k: as_const(v, "an argument") for k, v in kwargs.items()}
