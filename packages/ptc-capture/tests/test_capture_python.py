@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import functools
 import inspect
 import math
 
@@ -472,3 +473,26 @@ def test_zip_strict_over_different_lengths_raises_as_eager():
     compiled = ptc_capture.optimize(CountingBackend())(_zip_strict_mismatch)
     with pytest.raises(ValueError, match="zip"):
         compiled(torch.randn(3))
+
+
+_TANH_GELU = functools.partial(F.gelu, approximate="tanh")
+
+
+class _PartialActivation(torch.nn.Module):
+    def __init__(self, slope):
+        super().__init__()
+        self.act = functools.partial(F.leaky_relu, negative_slope=slope)
+
+    def forward(self, x):
+        return self.act(x) + _TANH_GELU(x)
+
+
+def test_calling_a_functools_partial_from_the_frame_is_one_graph_and_guarded():
+    model = _PartialActivation(0.2)
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(model)
+    compare_with_eager(compiled, model, torch.randn(6))
+    assert backend.count == 1
+    model.act = functools.partial(F.leaky_relu, negative_slope=0.5)
+    compare_with_eager(compiled, model, torch.randn(6))
+    assert backend.count == 2
