@@ -496,3 +496,44 @@ def test_calling_a_functools_partial_from_the_frame_is_one_graph_and_guarded():
     model.act = functools.partial(F.leaky_relu, negative_slope=0.5)
     compare_with_eager(compiled, model, torch.randn(6))
     assert backend.count == 2
+
+
+class _TwoStacks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+        self.b = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+
+    def forward(self, x):
+        import itertools
+
+        for layer in itertools.chain(self.a, self.b):
+            x = torch.tanh(layer(x))
+        for i, j in itertools.product(range(2), (1, 2)):
+            x = x + i * j
+        for p, q in itertools.combinations((x, x * 2, x * 3), 2):
+            x = x + p * q * 0.01
+        return x + sum(a - b for a, b in itertools.permutations((1, 2, 3), 2))
+
+
+def test_itertools_over_tuples_ranges_and_module_lists_is_one_graph():
+    torch.manual_seed(0)
+    model = _TwoStacks()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(model)
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    assert backend.count == 1
+
+
+def _chain_of_a_list_changed_before_use(x):
+    import itertools
+
+    parts = [x]
+    chained = itertools.chain(parts, (x * 2,))
+    parts.append(x * 3)
+    return sum(chained)
+
+
+def test_itertools_chain_over_a_list_sees_later_changes_as_eager():
+    compiled = ptc_capture.optimize(CountingBackend())(_chain_of_a_list_changed_before_use)
+    compare_with_eager(compiled, _chain_of_a_list_changed_before_use, torch.randn(3))

@@ -6,6 +6,7 @@ import builtins
 import dataclasses
 import functools
 import inspect
+import itertools
 import operator
 import types
 from collections.abc import Callable
@@ -432,6 +433,36 @@ def _functools_reduce(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     for item in items:
         acc = call(frame, args[0], [acc, item], {})
     return acc
+
+
+def _pools(frame: Frame, args: Args) -> list[list[Var]]:
+    return [list(sequence_items(frame, a)) for a in args]
+
+
+@builtin(itertools.product)
+def _product(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # product, combinations and permutations read their inputs whole when made (CPython
+    # copies them into tuples), so taking the items now is what eager does.
+    repeat = int(as_const(kwargs["repeat"], "product(repeat=)")) if "repeat" in kwargs else 1
+    rows = itertools.product(*_pools(frame, args), repeat=repeat)
+    return Var("iter", box=IterBox([Var("tuple", tuple, items=tuple(row)) for row in rows]))
+
+
+@builtin(itertools.combinations, itertools.permutations)
+def _combinatoric(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    (pool,) = _pools(frame, args[:1])
+    options = [as_const(a, fn.value.__name__) for a in args[1:]] + [as_const(v, fn.value.__name__) for v in kwargs.values()]
+    rows = fn.value(pool, *options)
+    return Var("iter", box=IterBox([Var("tuple", tuple, items=tuple(row)) for row in rows]))
+
+
+@builtin(itertools.chain)
+def _chain(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # chain reads each input only when it gets there: a list could change before then, so
+    # only inputs that cannot change are chained now.
+    if any(a.kind == "list" or (a.kind == "object" and isinstance(a.value, list)) for a in args):
+        raise Unsupported("itertools.chain over a list (read lazily in eager)")
+    return Var("iter", box=IterBox([item for pool in _pools(frame, args) for item in pool]))
 
 
 @builtin(torch.Size)
