@@ -537,3 +537,20 @@ def _chain_of_a_list_changed_before_use(x):
 def test_itertools_chain_over_a_list_sees_later_changes_as_eager():
     compiled = ptc_capture.optimize(CountingBackend())(_chain_of_a_list_changed_before_use)
     compare_with_eager(compiled, _chain_of_a_list_changed_before_use, torch.randn(3))
+
+
+def _getters(x):
+    import operator
+
+    pick = operator.itemgetter(0, 2)
+    first, third = pick([x, x * 2, x * 3])
+    shape = operator.attrgetter("shape")(x)
+    both = operator.attrgetter("real", "shape")(x)
+    return first + third + shape[0] + operator.itemgetter("k")({"k": x})[0] + both[0] * both[1][0]
+
+
+def test_operator_getters_are_one_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_getters)
+    compare_with_eager(compiled, _getters, torch.randn(3))
+    assert backend.count == 1

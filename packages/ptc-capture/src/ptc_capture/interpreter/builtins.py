@@ -465,6 +465,12 @@ def _chain(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("iter", box=IterBox([item for pool in _pools(frame, args) for item in pool]))
 
 
+@builtin(operator.itemgetter, operator.attrgetter)
+def _getter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # Made from constant keys: a constant, which calls apply key by key (see calls.py).
+    return const(fn.value(*[as_const(a, fn.value.__name__) for a in args]))
+
+
 @builtin(torch.Size)
 def _torch_size(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     items = tuple(sequence_items(frame, args[0])) if args else ()

@@ -6,6 +6,7 @@ import dis
 import functools
 import inspect
 import math
+import operator
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -364,6 +365,8 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
             return construct(frame, value, args, kwargs)
     if isinstance(value, type):
         raise Unsupported(f"constructing {name} objects is not supported yet")
+    if type(value) in (operator.itemgetter, operator.attrgetter) and len(args) == 1 and not kwargs:
+        return _apply_getter(frame, value, args[0])
     if type(value) is functools.partial and fn.source is not None:
         # partial(f, *a, **k)(*args, **kwargs) is f(*a, *args, **{**k, **kwargs}); its parts are
         # read (and guarded) through the object's attributes.
@@ -385,6 +388,24 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__"))
         return bound(frame, const(getattr(type(value.__self__), value.__name__)), [self_var, *args], kwargs)
     raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
+
+
+def _apply_getter(frame: Frame, getter: Any, obj: Var) -> Var:
+    """``operator.itemgetter(*keys)(obj)`` / ``attrgetter(*names)(obj)``, key by key."""
+    from ptc_capture.interpreter.attrs import load_attr
+    from ptc_capture.interpreter.ops import getitem
+
+    keys = getter.__reduce__()[1]
+    if type(getter) is operator.itemgetter:
+        found = [getitem(frame, obj, const(k)) for k in keys]
+    else:
+        found = []
+        for dotted in keys:
+            value = obj
+            for name in dotted.split("."):
+                value = load_attr(frame, value, name)
+            found.append(value)
+    return found[0] if len(found) == 1 else Var("tuple", tuple, items=tuple(found))
 
 
 def _bound_builtin_rule(value: Any) -> Caller | None:
