@@ -554,3 +554,38 @@ def test_operator_getters_are_one_graph():
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_getters)
     compare_with_eager(compiled, _getters, torch.randn(3))
     assert backend.count == 1
+
+
+def _pairs(x):
+    yield x
+    yield x * 2
+
+
+def _delegating(x):
+    yield from _pairs(x)
+    yield from (x + 1, x + 2)
+    yield x * 5
+
+
+def _returning(x):
+    yield x
+    return x * 7
+
+
+def _uses_the_returned_value(x):
+    total = yield from _returning(x)
+    yield total
+
+
+def test_yield_from_in_a_generator_consumed_in_the_frame_is_one_graph():
+    fn = lambda x: sum(_delegating(x))  # noqa: E731
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(fn)
+    compare_with_eager(compiled, fn, torch.randn(3))
+    assert backend.count == 1
+
+
+def test_the_value_of_yield_from_is_eager_s():
+    fn = lambda x: sum(_uses_the_returned_value(x))  # noqa: E731
+    compiled = ptc_capture.optimize(CountingBackend())(fn)
+    compare_with_eager(compiled, fn, torch.randn(3))

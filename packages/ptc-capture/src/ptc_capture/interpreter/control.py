@@ -140,6 +140,27 @@ def _return_generator(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(const(None))
 
 
+@handler("GET_YIELD_FROM_ITER")
+def _yield_from(frame: Frame, inst: dis.Instruction) -> None:
+    # ``yield from it`` in an inlined generator: it is run to completion like the generator
+    # (its items join the yielded ones) and the SEND loop is skipped. The loop's value (the
+    # subgenerator's return value) must be discarded, as a statement does.
+    if frame.yielded is None:
+        raise Unsupported("yield from outside an inlined generator")
+    load, send = frame.instructions[frame.ip], frame.instructions[frame.ip + 1]
+    if load.opname != "LOAD_CONST" or send.opname != "SEND":
+        raise Unsupported(f"yield from compiled as {load.opname}, {send.opname}")
+    after = frame.index_of[send.argval]
+    if frame.instructions[after].opname == "END_SEND":
+        after += 1
+    if frame.instructions[after].opname != "POP_TOP":
+        raise Unsupported("the value of a yield from expression (a subgenerator's return value)")
+    source = frame.pop()
+    frame.yielded.extend(sequence_items(frame, source))
+    frame.ip = after
+    frame.push(const(None))
+
+
 @handler("YIELD_VALUE")
 def _yield_value(frame: Frame, inst: dis.Instruction) -> None:
     if frame.yielded is None:
