@@ -589,3 +589,26 @@ def test_the_value_of_yield_from_is_eager_s():
     fn = lambda x: sum(_uses_the_returned_value(x))  # noqa: E731
     compiled = ptc_capture.optimize(CountingBackend())(fn)
     compare_with_eager(compiled, fn, torch.randn(3))
+
+
+def _map_filter(x):
+    scaled = list(map(lambda t, k: t * k, [x, x, x], (1, 2, 3)))
+    kept = list(filter(lambda k: k % 2, range(7)))
+    truthy = list(filter(None, [0, 3, 0, 4]))
+    return sum(scaled) + sum(kept) + len(truthy) + sum(map(abs, (-1, 2)))
+
+
+def test_map_and_filter_are_one_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_map_filter)
+    compare_with_eager(compiled, _map_filter, torch.randn(3))
+    assert backend.count == 1
+
+
+def _filter_on_tensor_values(x):
+    return sum(filter(lambda t: t.sum() > 0, [x, -x]))
+
+
+def test_filter_on_tensor_values_runs_as_eager():
+    compiled = ptc_capture.optimize(CountingBackend())(_filter_on_tensor_values)
+    compare_with_eager(compiled, _filter_on_tensor_values, torch.randn(3))

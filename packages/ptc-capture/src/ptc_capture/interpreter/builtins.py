@@ -171,6 +171,27 @@ def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("iter", box=IterBox(rows))
 
 
+@builtin(map)
+def _map(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # Run to completion when made, as inlined generators are: the same values as eager's
+    # lazy map unless the function's side effects interleave with the consumer's.
+    from ptc_capture.interpreter.calls import call
+
+    columns = [sequence_items(frame, a) for a in args[1:]]
+    return Var("iter", box=IterBox([call(frame, args[0], list(row), {}) for row in zip(*columns)]))
+
+
+@builtin(filter)
+def _filter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    from ptc_capture.interpreter.calls import call
+
+    keep = args[0]
+    items = sequence_items(frame, args[1])
+    if keep.kind == "const" and keep.value is None:
+        return Var("iter", box=IterBox([v for v in items if truth(v, frame)]))
+    return Var("iter", box=IterBox([v for v in items if truth(call(frame, keep, [v], {}), frame)]))
+
+
 @builtin(reversed)
 def _reversed(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("iter", box=IterBox(list(reversed(sequence_items(frame, args[0])))))
