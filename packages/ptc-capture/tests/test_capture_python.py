@@ -612,3 +612,27 @@ def _filter_on_tensor_values(x):
 def test_filter_on_tensor_values_runs_as_eager():
     compiled = ptc_capture.optimize(CountingBackend())(_filter_on_tensor_values)
     compare_with_eager(compiled, _filter_on_tensor_values, torch.randn(3))
+
+
+def _partial_made_here(x):
+    add_twice = functools.partial(torch.add, alpha=2)
+    clamp = functools.partial(torch.clamp, min=-0.5)
+    return add_twice(x, x) + clamp(x, max=0.5)
+
+
+def _partial_of_a_nested_function(x, k):
+    def scale(t, by):
+        return t * by * k
+
+    return functools.partial(scale, by=2)(x)
+
+
+def test_functools_partial_made_in_the_trace():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_partial_made_here)
+    compare_with_eager(compiled, _partial_made_here, torch.randn(4))
+    assert backend.count == 1
+    # Over a Python function (guarded by its code only) it breaks, and stays right.
+    compiled = ptc_capture.optimize(CountingBackend())(_partial_of_a_nested_function)
+    for k in (2.0, 3.0):
+        compare_with_eager(compiled, _partial_of_a_nested_function, torch.randn(4), k)

@@ -171,6 +171,20 @@ def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("iter", box=IterBox(rows))
 
 
+@builtin(functools.partial)
+def _partial(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # Over a function and constants: a real partial object, a constant (calls apply it, see
+    # calls.py). Bound tensors or traced closures would need a traced partial: a break.
+    target = args[0] if args else None
+    # (Python functions are guarded by their code only, so one baked in here could be a stale
+    # object on a later call: only builtins and torch functions, guarded by identity.)
+    if target is None or target.kind not in ("callable", "const") or not callable(target.value):
+        raise Unsupported(f"functools.partial of a {target.kind if target else 'missing'} function")
+    values = [as_const(a, "a partial argument") for a in args[1:]]
+    keywords = {k: as_const(v, "a partial argument") for k, v in kwargs.items()}
+    return const(functools.partial(target.value, *values, **keywords))
+
+
 @builtin(map)
 def _map(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     # Run to completion when made, as inlined generators are: the same values as eager's

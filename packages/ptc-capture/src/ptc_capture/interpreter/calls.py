@@ -367,13 +367,14 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         raise Unsupported(f"constructing {name} objects is not supported yet")
     if type(value) in (operator.itemgetter, operator.attrgetter) and len(args) == 1 and not kwargs:
         return _apply_getter(frame, value, args[0])
-    if type(value) is functools.partial and fn.source is not None:
-        # partial(f, *a, **k)(*args, **kwargs) is f(*a, *args, **{**k, **kwargs}); its parts are
-        # read (and guarded) through the object's attributes.
+    if type(value) is functools.partial and (fn.source is not None or fn.kind == "const"):
+        # partial(f, *a, **k)(*args, **kwargs) is f(*a, *args, **{**k, **kwargs}); the parts of
+        # one from the frame are read (and guarded) through the object's attributes, those of
+        # one made in the trace are its constants.
         source = fn.source
-        inner = frame.state.wrap(value.func, source.attr("func"))
-        front = [frame.state.wrap(a, source.attr("args").item(i)) for i, a in enumerate(value.args)]
-        fixed = {k: frame.state.wrap(v, source.attr("keywords").item(k)) for k, v in value.keywords.items()}
+        inner = frame.state.wrap(value.func, source.attr("func") if source else None)
+        front = [frame.state.wrap(a, source.attr("args").item(i) if source else None) for i, a in enumerate(value.args)]
+        fixed = {k: frame.state.wrap(v, source.attr("keywords").item(k) if source else None) for k, v in value.keywords.items()}
         return call(frame, inner, [*front, *args], {**fixed, **kwargs})
     call_impl = next((k.__dict__["__call__"] for k in type(value).__mro__ if "__call__" in k.__dict__), None)
     if isinstance(call_impl, types.FunctionType) and fn.source is not None:
