@@ -636,3 +636,18 @@ def test_functools_partial_made_in_the_trace():
     compiled = ptc_capture.optimize(CountingBackend())(_partial_of_a_nested_function)
     for k in (2.0, 3.0):
         compare_with_eager(compiled, _partial_of_a_nested_function, torch.randn(4), k)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda x: map(abs), lambda x: filter(None), lambda x: functools.reduce(max), lambda x: set([1], [2])],
+    ids=["map", "filter", "reduce", "set"],
+)
+def test_builtins_called_wrongly_raise_eager_s_type_error(call):
+    def fn(x):
+        call(x)
+        return x
+
+    compiled = ptc_capture.optimize(CountingBackend())(fn)
+    with pytest.raises(TypeError):
+        compiled(torch.randn(2))

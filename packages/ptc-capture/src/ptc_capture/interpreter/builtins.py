@@ -191,6 +191,8 @@ def _map(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     # lazy map unless the function's side effects interleave with the consumer's.
     from ptc_capture.interpreter.calls import call
 
+    if len(args) < 2 or kwargs:
+        raise Unsupported("map() without an iterable (TypeError in eager)")
     columns = [sequence_items(frame, a) for a in args[1:]]
     return Var("iter", box=IterBox([call(frame, args[0], list(row), {}) for row in zip(*columns)]))
 
@@ -199,6 +201,8 @@ def _map(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 def _filter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     from ptc_capture.interpreter.calls import call
 
+    if len(args) != 2 or kwargs:
+        raise Unsupported("filter() takes a function and an iterable (TypeError in eager)")
     keep = args[0]
     items = sequence_items(frame, args[1])
     if keep.kind == "const" and keep.value is None:
@@ -450,6 +454,8 @@ def _number_builtin(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 @builtin(set, frozenset)
 def _set(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     # Sets hold hashable Python values: a constant, as BUILD_SET makes.
+    if len(args) > 1 or kwargs:
+        raise Unsupported(f"{fn.value.__name__}() takes at most one iterable (TypeError in eager)")
     items = [as_const(v, "a set item") for v in sequence_items(frame, args[0])] if args else []
     return const(fn.value(items))
 
@@ -458,6 +464,8 @@ def _set(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 def _functools_reduce(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     from ptc_capture.interpreter.calls import call
 
+    if len(args) not in (2, 3) or kwargs:
+        raise Unsupported("reduce() takes a function, an iterable and an initial value (TypeError in eager)")
     items = list(sequence_items(frame, args[1]))
     if len(args) > 2:
         acc = args[2]
