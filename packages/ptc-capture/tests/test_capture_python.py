@@ -651,3 +651,26 @@ def test_builtins_called_wrongly_raise_eager_s_type_error(call):
     compiled = ptc_capture.optimize(CountingBackend())(fn)
     with pytest.raises(TypeError):
         compiled(torch.randn(2))
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda: sorted([1, "a"]), TypeError),
+        (lambda: sorted([2, "b"], key=lambda v: v), TypeError),
+        (lambda: torch.device("no-such-device"), RuntimeError),
+        (lambda: __import__("itertools").product([1], repeat=-1), ValueError),
+        (lambda: __import__("itertools").combinations(), TypeError),
+        (lambda: __import__("operator").itemgetter(), TypeError),
+        (lambda: divmod(1, 0), ZeroDivisionError),
+    ],
+    ids=["sorted", "sorted-key", "device", "product", "combinations", "itemgetter", "divmod"],
+)
+def test_errors_of_folded_builtins_are_eager_s(call, error):
+    def fn(x):
+        call()
+        return x
+
+    compiled = ptc_capture.optimize(CountingBackend())(fn)
+    with pytest.raises(error):
+        compiled(torch.randn(2))

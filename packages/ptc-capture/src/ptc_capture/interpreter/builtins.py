@@ -37,6 +37,15 @@ def builtin(*targets: Any) -> Callable[[Caller], Caller]:
     return register
 
 
+def _eagerly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` on Python values at trace time; an error it raises becomes a graph
+    break, so that eager raises it with the user's traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__} at trace time") from exc
+
+
 def python_type(var: Var) -> type:
     """The type eager would see for ``var``."""
     kind = var.kind
@@ -182,7 +191,7 @@ def _partial(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         raise Unsupported(f"functools.partial of a {target.kind if target else 'missing'} function")
     values = [as_const(a, "a partial argument") for a in args[1:]]
     keywords = {k: as_const(v, "a partial argument") for k, v in kwargs.items()}
-    return const(functools.partial(target.value, *values, **keywords))
+    return const(_eagerly(functools.partial, target.value, *values, **keywords))
 
 
 @builtin(map)
@@ -333,10 +342,10 @@ def _sorted(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
         keys = [as_const(call(frame, key, [from_python(v)], {}), "a sort key") for v in values]
         reverse = bool(as_const(kwargs["reverse"], "sorted()")) if "reverse" in kwargs else False
-        order = sorted(range(len(values)), key=keys.__getitem__, reverse=reverse)
+        order = _eagerly(sorted, range(len(values)), key=keys.__getitem__, reverse=reverse)
         return from_python([values[i] for i in order])
     options = {k: as_const(v, "sorted()") for k, v in kwargs.items()}
-    return from_python(sorted(values, **options))
+    return from_python(_eagerly(sorted, values, **options))
 
 
 def _is_number(var: Var) -> bool:
@@ -434,7 +443,7 @@ def _super(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 @builtin(torch.finfo, torch.iinfo, torch.device)
 def _type_info(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     values = [as_const(a, "a dtype") for a in args]
-    return const(fn.value(*values, **{k: as_const(v, "a dtype") for k, v in kwargs.items()}))
+    return const(_eagerly(fn.value, *values, **{k: as_const(v, "an argument") for k, v in kwargs.items()}))
 
 
 @builtin(builtins.id, hash)
@@ -457,7 +466,7 @@ def _set(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     if len(args) > 1 or kwargs:
         raise Unsupported(f"{fn.value.__name__}() takes at most one iterable (TypeError in eager)")
     items = [as_const(v, "a set item") for v in sequence_items(frame, args[0])] if args else []
-    return const(fn.value(items))
+    return const(_eagerly(fn.value, items))
 
 
 @builtin(functools.reduce)
@@ -487,15 +496,17 @@ def _product(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     # product, combinations and permutations read their inputs whole when made (CPython
     # copies them into tuples), so taking the items now is what eager does.
     repeat = int(as_const(kwargs["repeat"], "product(repeat=)")) if "repeat" in kwargs else 1
-    rows = itertools.product(*_pools(frame, args), repeat=repeat)
+    rows = _eagerly(itertools.product, *_pools(frame, args), repeat=repeat)
     return Var("iter", box=IterBox([Var("tuple", tuple, items=tuple(row)) for row in rows]))
 
 
 @builtin(itertools.combinations, itertools.permutations)
 def _combinatoric(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    if not args:
+        raise Unsupported(f"{fn.value.__name__}() without an iterable (TypeError in eager)")
     (pool,) = _pools(frame, args[:1])
     options = [as_const(a, fn.value.__name__) for a in args[1:]] + [as_const(v, fn.value.__name__) for v in kwargs.values()]
-    rows = fn.value(pool, *options)
+    rows = _eagerly(fn.value, pool, *options)
     return Var("iter", box=IterBox([Var("tuple", tuple, items=tuple(row)) for row in rows]))
 
 
@@ -511,7 +522,7 @@ def _chain(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 @builtin(operator.itemgetter, operator.attrgetter)
 def _getter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     # Made from constant keys: a constant, which calls apply key by key (see calls.py).
-    return const(fn.value(*[as_const(a, fn.value.__name__) for a in args]))
+    return const(_eagerly(fn.value, *[as_const(a, fn.value.__name__) for a in args]))
 
 
 @builtin(torch.Size)
