@@ -18,7 +18,7 @@ from aot_models import attention_block, conv_bn_relu, embedding_cross_entropy, g
 import ptc_spec
 from ptc_aot import Config, aot
 from ptc_aot.signature import Signature
-from ptc_spec import ShapeEnv, TensorMeta, dynamic_meta, shape_env_of
+from ptc_spec import SymbolEnv, TensorMeta, dynamic_meta, shape_env_of
 from ptc_spec.testing import compare_with_eager
 
 Inputs = Callable[[torch.Generator, Mapping[str, int]], list[Any]]
@@ -61,9 +61,9 @@ MODELS: dict[str, tuple[Callable[..., Any], Inputs, dict[int, list[int]], dict[s
 }
 
 
-def symbolic_metas(args: Sequence[Any], dims: Mapping[int, Sequence[int]]) -> tuple[list[Any], ShapeEnv]:
+def symbolic_metas(args: Sequence[Any], dims: Mapping[int, Sequence[int]]) -> tuple[list[Any], SymbolEnv]:
     """Example inputs as TensorMetas, the chosen dims made symbolic."""
-    env = ShapeEnv()
+    env = SymbolEnv()
     metas: list[Any] = []
     for i, a in enumerate(args):
         meta = TensorMeta.from_tensor(a) if isinstance(a, torch.Tensor) else a
@@ -112,7 +112,7 @@ def test_forward_and_backward_graphs_record_the_shape_env_and_survive_serializat
 def test_a_symbolic_aten_graph_file_compiles_and_runs_at_other_sizes() -> None:
     # A graph file with symbolic sizes (as a producer hands it over) is the whole input:
     # metadata, symbols and guards come from the file.
-    env = ShapeEnv()
+    env = SymbolEnv()
     x = dynamic_meta(TensorMeta.of((6, 10), requires_grad=True), [0, 1], env)
     w = TensorMeta.of((10,), requires_grad=True)
 
@@ -148,7 +148,7 @@ def test_a_branch_on_a_size_is_a_guard_and_a_call_outside_it_compiles_again() ->
     assert len(compiled.programs) == 2
     second = compiled.programs[1].shape_env
     assert second is not None and any(isinstance(g, sympy.Le) for g in second.guards)
-    assert env.guards == (sympy.Ge(env.symbols[0], 2),), "tracing must not add guards to the caller's ShapeEnv"
+    assert env.guards == (sympy.Ge(env.symbols[0], 2),), "tracing must not add guards to the caller's SymbolEnv"
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
@@ -235,7 +235,7 @@ def test_a_layout_seen_before_skips_the_signature_check(monkeypatch: pytest.Monk
 
 def test_symbolic_example_inputs_need_their_shape_env() -> None:
     metas, _ = symbolic_metas([torch.randn(8, 3)], {0: [0]})
-    with pytest.raises(Exception, match="no ShapeEnv was given"):
+    with pytest.raises(Exception, match="no SymbolEnv was given"):
         aot(lambda x: x + 1, metas)
 
 

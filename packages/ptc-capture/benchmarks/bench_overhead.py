@@ -1,7 +1,7 @@
 """Cached-call overhead of a function of 4 tensor inputs: eager vs ptc_capture vs torch.compile.
 
 The dynamic cases hit an entry whose 4 inputs have symbolic sizes (2 distinct dims, 8 symbols
-tied by equality guards): the guard function reads each size and checks the ShapeEnv's guards.
+tied by equality guards): the guard function reads each size and checks the SymbolEnv's guards.
 
 Run: PYTHONPATH=packages/ptc-spec/src:packages/ptc-capture/src python -m pytest
 packages/ptc-capture/benchmarks/bench_overhead.py --benchmark-only -p no:cacheprovider

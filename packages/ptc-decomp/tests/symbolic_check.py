@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ptc_decomp import decompose
-from ptc_spec import GraphBuilder, ShapeEnv, TensorMeta, dynamic_meta, shape_env_of
+from ptc_spec import GraphBuilder, SymbolEnv, TensorMeta, dynamic_meta, shape_env_of
 
 aten = torch.ops.aten
 
@@ -34,7 +34,7 @@ SPECIALIZED_BY_SAMPLE = {
 }
 
 
-def _duck_sized(meta: TensorMeta, env: ShapeEnv, by_size: dict[int, sympy.Symbol]) -> TensorMeta:
+def _duck_sized(meta: TensorMeta, env: SymbolEnv, by_size: dict[int, sympy.Symbol]) -> TensorMeta:
     try:
         dynamic = dynamic_meta(meta, range(meta.ndim), env)
     except ValueError:
@@ -54,7 +54,7 @@ def symbolic_call(func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -
     """
     leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     tensors = [x.detach() for x in leaves if isinstance(x, torch.Tensor)]
-    env = ShapeEnv()
+    env = SymbolEnv()
     builder = GraphBuilder("aten", shape_env=env)
     by_size: dict[int, sympy.Symbol] = {}
     inputs = iter([builder.input(f"t{i}", _duck_sized(TensorMeta.from_tensor(t).replace(requires_grad=False), env, by_size)) for i, t in enumerate(tensors)])

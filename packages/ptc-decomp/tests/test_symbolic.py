@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import ptc_spec
 from ptc_decomp import FALLBACKS_KEY, Config, decompose
-from ptc_spec import ShapeEnv, TensorMeta, shape_env_of
+from ptc_spec import SymbolEnv, TensorMeta, shape_env_of
 from ptc_spec.testing import compare_with_eager
 
 Dim = int | str
@@ -56,7 +56,7 @@ def _resolve(shape: Sequence[Dim], values: Mapping[str, int]) -> tuple[int, ...]
     return tuple(values[d] if isinstance(d, str) else d for d in shape)
 
 
-def _metas(case: Case, env: ShapeEnv) -> list[TensorMeta]:
+def _metas(case: Case, env: SymbolEnv) -> list[TensorMeta]:
     symbols = {name: env.create_symbol(hint, name=name) for name, hint in case.hints.items()}
     metas = []
     for spec in case.inputs:
@@ -91,7 +91,7 @@ def _with_backward(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _prepare(case: Case) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, Callable[..., Any]]:
-    env = ShapeEnv()
+    env = SymbolEnv()
     fn = _with_backward(case.fn) if case.backward else case.fn
     gm = ptc_spec.trace(fn, *_metas(case, env), shape_env=env)
     return gm, decompose(gm, config=Config(check_boundaries=True)), fn
@@ -235,7 +235,7 @@ CASES: dict[str, Case] = {
     ),
     "resampling": Case(_resampling, (In(("n", 3, "h", "w"), grad=True),), {"n": 2, "h": 12, "w": 16}, ({"n": 3, "h": 10, "w": 14}, {"n": 2, "h": 7, "w": 5}), backward=True),
     # Window pooling folds sizes through floor(h/2): the core view/reduction meta kernels guard
-    # that those pooled sizes are not 1, and slicing by them guards bounds the ShapeEnv cannot
+    # that those pooled sizes are not 1, and slicing by them guards bounds the SymbolEnv cannot
     # prove from floor (2*floor(h/2) <= h + 1). Every such guard holds at every size >= 4.
     "pooling": Case(_windows, (In(("n", 3, "h", "w"), grad=True),), {"n": 2, "h": 12, "w": 16}, ({"n": 3, "h": 10, "w": 14}, {"n": 2, "h": 7, "w": 5}), backward=True, range_guards=True),
 }
@@ -273,7 +273,7 @@ def test_symbolic_decomposition_matches_eager_at_every_size(name: str) -> None:
 def test_a_decomposition_fast_path_on_sizes_is_taken_only_where_it_holds_everywhere() -> None:
     # adaptive_avg_pool2d reshapes when the sizes divide; on a symbolic size that would guard
     # the divisibility, so the general path runs and the graph stays valid at odd sizes.
-    env = ShapeEnv()
+    env = SymbolEnv()
     x = TensorMeta.of((2, 3, env.create_symbol(12), 8))
     out = decompose(ptc_spec.trace(lambda t: F.adaptive_avg_pool2d(t, (3, 2)), x, shape_env=env))
     guards = shape_env_of(out)

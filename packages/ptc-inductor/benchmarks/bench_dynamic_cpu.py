@@ -24,7 +24,7 @@ import torch
 
 import ptc_inductor
 import ptc_spec
-from ptc_spec import ShapeEnv, TensorMeta, dynamic_meta
+from ptc_spec import SymbolEnv, TensorMeta, dynamic_meta
 
 aten = torch.ops.aten
 
@@ -56,7 +56,7 @@ WORKLOADS: dict[str, Workload] = {
 
 def build(fn: Callable[..., Any], shapes: tuple[tuple[int, ...], ...], dynamic: bool) -> ptc_inductor.CompiledGraph:
     """Compile ``fn`` over inputs of ``shapes``: static, or with every dim symbolic."""
-    env = ShapeEnv() if dynamic else None
+    env = SymbolEnv() if dynamic else None
     metas = [TensorMeta.of(s) for s in shapes]
     if env is not None:
         metas = [dynamic_meta(m, range(len(m.shape)), env) for m in metas]

@@ -22,7 +22,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import ptc_inductor  # noqa: E402
 import ptc_spec  # noqa: E402
 from ptc_inductor.config import config_from_env  # noqa: E402
-from ptc_spec import ShapeEnv, TensorMeta, dynamic_meta  # noqa: E402
+from ptc_spec import SymbolEnv, TensorMeta, dynamic_meta  # noqa: E402
 from ptc_spec.testing import compare_with_eager  # noqa: E402
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -48,7 +48,7 @@ class Dynamic:
 
     gm: torch.fx.GraphModule
     compiled: ptc_inductor.CompiledGraph
-    env: ShapeEnv
+    env: SymbolEnv
     metas: list[TensorMeta]
 
     def symbol(self, name: str) -> sympy.Symbol:
@@ -85,7 +85,7 @@ def compile_dynamic(
     """Trace ``fn`` once over ``specs`` (the dims they name symbolic) and compile it once."""
     if backend == "triton":
         pytest.importorskip("triton")
-    env = ShapeEnv()
+    env = SymbolEnv()
     metas = [dynamic_meta(TensorMeta.of(shape, dtype), dims, env) for shape, dims, dtype in specs]
     gm = builder(env, metas) if builder is not None else ptc_spec.trace(fn, *metas, shape_env=env, dialect=dialect)
     # The graph file boundary: what ptc-inductor receives has been through dumps/loads.

@@ -19,7 +19,7 @@ from dynamic_harness import BACKENDS, D, compile_dynamic, sizes_of
 import ptc_inductor
 import ptc_spec
 from ptc_inductor.config import config_from_env
-from ptc_spec import ShapeEnv, TensorMeta
+from ptc_spec import SymbolEnv, TensorMeta
 from ptc_spec.testing import compare_with_eager
 
 aten = torch.ops.aten
@@ -45,7 +45,7 @@ def test_cpp_kernels_take_sizes_as_int64_arguments_and_decide_threads_at_run_tim
 
 
 def test_a_size_known_to_be_large_needs_no_run_time_decision() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     rows = env.create_symbol(40000, lower=40000)
     gm = ptc_spec.trace(lambda a: aten.exp.default(a), TensorMeta.of((rows,)), shape_env=env, dialect="core/1")
     compiled = ptc_inductor.compile(gm)
@@ -66,7 +66,7 @@ def test_triton_kernels_compute_their_grid_from_the_sizes_at_each_call(backend: 
 
 @pytest.mark.parametrize("backend", TRITON)
 def test_bounded_sizes_get_persistent_tiles_and_32_bit_indices(backend: str) -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     rows, cols = env.create_symbol(6, upper=64), env.create_symbol(100, upper=1000)
     meta = TensorMeta.of((rows, cols))
     gm = ptc_spec.roundtrip(ptc_spec.trace(_softmax, meta, shape_env=env, dialect="core/1"))
@@ -90,7 +90,7 @@ def test_each_symbol_is_read_once_from_the_first_input_that_has_it() -> None:
 
 
 def test_a_symbolic_scalar_input_is_read_from_the_argument() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     x = ptc_spec.dynamic_meta(TensorMeta.of((6, 8)), [0], env)
     scale = env.create_symbol(3)
     gm = ptc_spec.trace(lambda a: aten.mul.Tensor(a, a.shape[0]), x, shape_env=env, dialect="core/1")
@@ -125,7 +125,7 @@ def test_storage_is_reused_only_between_buffers_of_provably_equal_size() -> None
 
 
 def test_a_symbol_only_inside_an_input_size_expression_is_refused_clearly() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     half = env.create_symbol(3)
     gm = ptc_spec.trace(lambda a: aten.exp.default(a), TensorMeta.of((2 * half,)), shape_env=env, dialect="core/1")
     with pytest.raises(ptc_inductor.LoweringError, match=r"s0 are not a whole dim or stride of any graph input"):
@@ -160,7 +160,7 @@ def test_dynamic_triton_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_pat
     script = textwrap.dedent(
         """
         import torch, ptc_spec, ptc_inductor
-        from ptc_spec import ShapeEnv, TensorMeta, dynamic_meta
+        from ptc_spec import SymbolEnv, TensorMeta, dynamic_meta
         from ptc_inductor import sizes
         from ptc_inductor.codegen.triton import generate_triton_kernel
         from ptc_inductor.codegen.triton_heuristics import default_config
@@ -172,7 +172,7 @@ def test_dynamic_triton_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_pat
             e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
             return aten.div.Tensor(e, aten.sum.dim_IntList(e, [1], True)), aten.argmax.default(x, 1)
         cfg = ptc_inductor.config_from_env(backend="triton")
-        env = ShapeEnv()
+        env = SymbolEnv()
         free = dynamic_meta(TensorMeta.of((37, 129)), [0, 1], env)
         bounded = TensorMeta.of((env.create_symbol(6, upper=64), env.create_symbol(100, upper=1000)))
         graphs = [(softmax, free), (softmax, bounded), (lambda x: aten.mul.Tensor(aten.exp.default(x), x.shape[0]), free)]
@@ -222,7 +222,7 @@ def test_memory_efficient_attention_gets_its_bias_in_aligned_rows(dynamic: bool)
     from ptc_inductor.ir import BufferArg, ExternNode
     from ptc_inductor.lowering import lower_graph
 
-    env = ShapeEnv()
+    env = SymbolEnv()
     cuda = torch.device("cuda")
     metas = [TensorMeta.of((2, 4, 17, 8), device=cuda) for _ in range(3)] + [TensorMeta.of((2, 4, 17, 17), device=cuda)]
     if dynamic:

@@ -88,7 +88,7 @@ def test_misuse_is_explained() -> None:
 
 
 def test_a_builder_with_a_shape_env_builds_graphs_of_symbolic_sizes() -> None:
-    env = ptc_spec.ShapeEnv()
+    env = ptc_spec.SymbolEnv()
     b = GraphBuilder("core/1", shape_env=env)
     x = b.input("x", ptc_spec.dynamic_meta(TensorMeta.of((4, 8)), [0], env))
     b.output(b.call(aten.sum.dim_IntList, b.call(aten.exp.default, x), [0]))

@@ -1,4 +1,4 @@
-"""ShapeEnv, SymNode and symbolic meta tensors, checked against Python ints and eager shapes."""
+"""SymbolEnv, SymNode and symbolic meta tensors, checked against Python ints and eager shapes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ptc_spec import (
-    ShapeEnv,
+    SymbolEnv,
     SymNode,
     TensorMeta,
     UnbackedSizeError,
@@ -28,21 +28,21 @@ from ptc_spec import (
 )
 
 
-def sizes(*hints: int) -> tuple[ShapeEnv, list[sympy.Symbol], list[Any]]:
-    """A fresh ShapeEnv with one symbol per hint, and torch.SymInts over them."""
-    env = ShapeEnv()
+def sizes(*hints: int) -> tuple[SymbolEnv, list[sympy.Symbol], list[Any]]:
+    """A fresh SymbolEnv with one symbol per hint, and torch.SymInts over them."""
+    env = SymbolEnv()
     syms = [env.create_symbol(h) for h in hints]
     return env, syms, [symbolic(s, env) for s in syms]
 
 
-def decisions(env: ShapeEnv) -> tuple[sympy.Basic, ...]:
+def decisions(env: SymbolEnv) -> tuple[sympy.Basic, ...]:
     """The guards after the input-range guards every dynamic size starts with."""
     return env.guards[len(env.symbols) :]
 
 
-# -- ShapeEnv -------------------------------------------------------------------------------
+# -- SymbolEnv -------------------------------------------------------------------------------
 def test_a_dynamic_size_has_a_hint_a_range_and_a_range_guard() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     s0 = env.create_symbol(8)
     assert s0 == size_symbol("s0") and env.hints[s0] == 8
     assert env.value_range(s0) == ValueRange(2, math.inf)
@@ -56,7 +56,7 @@ def test_a_dynamic_size_has_a_hint_a_range_and_a_range_guard() -> None:
 
 @pytest.mark.parametrize("hint", [0, 1])
 def test_sizes_0_and_1_are_never_symbolic(hint: int) -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     with pytest.raises(ValueError, match="keep smaller sizes static"):
         env.create_symbol(hint)
     meta = dynamic_meta(TensorMeta.of((hint, 6)), [0, 1], env)
@@ -147,7 +147,7 @@ def test_a_scale_that_is_no_short_binary_fraction_specializes_to_eagers_float_ro
     # Eager sizes interpolate's output floor(float(h) * scale): 100 * 0.29 rounds to
     # 28.999999999999996 (28), where the exact 29/100 or the float's exact value give 29 or
     # differ elsewhere; no expression agrees at every size, so the size is fixed, with a guard.
-    env = ShapeEnv()
+    env = SymbolEnv()
     dyn = dynamic_meta(TensorMeta.of((1, 2, size)), [2], env)
     with symbolic_dispatch(env):
         out = F.interpolate(dyn.to_meta_tensor(env=env), scale_factor=scale)
@@ -222,7 +222,7 @@ def test_guards_source_prints_the_given_names() -> None:
 
 
 def test_guard_check_of_five_guards_on_four_inputs_is_fast() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     a, b, c, d = (symbolic(env.create_symbol(h), env) for h in (8, 4, 6, 16))
     bool(a == 2 * b)
     bool(c % 4 != 0)
@@ -243,7 +243,7 @@ def test_state_round_trips_into_an_equal_environment() -> None:
     bool(y % 3 == 0)
     u = env.create_unbacked_symbol()
     torch._check(symbolic(u, env) >= 2)
-    copy = ShapeEnv.from_state(env.state())
+    copy = SymbolEnv.from_state(env.state())
     assert copy.guards == env.guards and copy.runtime_asserts == env.runtime_asserts
     assert copy.replacements == env.replacements and copy.hints == env.hints
     assert copy.simplify(sympy.floor(s1 / 3) * 3) == s1
@@ -252,7 +252,7 @@ def test_state_round_trips_into_an_equal_environment() -> None:
 
 # -- unbacked sizes -------------------------------------------------------------------------
 def test_a_decision_on_an_unbacked_size_raises_a_clear_error() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     u0 = env.create_unbacked_symbol()
     n = symbolic(u0, env)
     assert u0.name == "u0" and not env.is_backed(u0) and not n.node.has_hint()
@@ -264,7 +264,7 @@ def test_a_decision_on_an_unbacked_size_raises_a_clear_error() -> None:
 
 
 def test_torch_check_on_an_unbacked_size_becomes_a_runtime_assertion() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     u0 = env.create_unbacked_symbol()
     n = symbolic(u0, env)
     torch._check(n >= 4)
@@ -277,7 +277,7 @@ def test_torch_check_on_an_unbacked_size_becomes_a_runtime_assertion() -> None:
 
 
 def test_guard_or_false_answers_its_default_for_unbacked_sizes() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     n = symbolic(env.create_unbacked_symbol(), env)
     assert (n == 5).node.guard_or_false("", 0) is False
     assert (n == 5).node.guard_or_true("", 0) is True
@@ -388,7 +388,7 @@ META_CASES: list[tuple[str, Callable[..., Any], list[tuple[tuple[int, ...], tupl
 
 @pytest.mark.parametrize(("name", "fn", "specs"), META_CASES, ids=[c[0] for c in META_CASES])
 def test_meta_kernels_over_symbolic_sizes_give_eager_shapes_at_every_size(name: str, fn: Callable[..., Any], specs: list[Any]) -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     metas = [dynamic_meta(TensorMeta.of(shape, dtype), dims, env) for shape, dims, dtype in specs]
     with symbolic_dispatch(env):
         out = fn(*(m.to_meta_tensor(env=env) for m in metas))
@@ -426,7 +426,7 @@ def test_meta_kernels_over_symbolic_sizes_give_eager_shapes_at_every_size(name: 
     ids=["contiguous", "transposed", "channels_last", "expanded", "leading_one"],
 )
 def test_dynamic_meta_strides_follow_the_layout_at_every_size(make: Callable[[int, int], torch.Tensor]) -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     example = make(5, 7)
     meta = dynamic_meta(TensorMeta.from_tensor(example), range(example.dim()), env)
     assert meta.concrete_stride(env.hints) == example.stride()
@@ -440,11 +440,11 @@ def test_dynamic_meta_strides_follow_the_layout_at_every_size(make: Callable[[in
 
 def test_dynamic_meta_refuses_layouts_that_are_not_dense() -> None:
     with pytest.raises(ValueError, match="not dense"):
-        dynamic_meta(TensorMeta.from_tensor(torch.randn(6, 8)[:, ::2]), [0], ShapeEnv())
+        dynamic_meta(TensorMeta.from_tensor(torch.randn(6, 8)[:, ::2]), [0], SymbolEnv())
 
 
 def test_symbolic_meta_tensors_read_back_into_the_same_metadata() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     meta = dynamic_meta(TensorMeta.of((6, 5, 4), requires_grad=True), [0, 2], env)
     t = meta.to_meta_tensor(env=env)
     assert all(isinstance(s, torch.SymInt) for s in (t.shape[0], t.shape[2], t.stride(0), t.stride(1)))
@@ -455,7 +455,7 @@ def test_symbolic_meta_tensors_read_back_into_the_same_metadata() -> None:
     s0, s1 = env.symbols
     assert read.shape == (s0 - 1, 5, sympy.ceiling(s1 / 2)) or read.shape == (s0 - 1, 5, sympy.floor((s1 + 1) / 2))
     assert read.storage_offset == 5 * s1 and decisions(env) == ()
-    with pytest.raises(ValueError, match="not symbols of this ShapeEnv"):
+    with pytest.raises(ValueError, match="not symbols of this SymbolEnv"):
         TensorMeta.of((size_symbol("s9"), 2)).to_meta_tensor(env=env)
 
 

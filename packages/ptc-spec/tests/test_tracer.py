@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 import ptc_spec
-from ptc_spec import META_KEY, DataDependentError, ShapeEnv, TensorMeta, TraceError, dynamic_meta, trace
+from ptc_spec import META_KEY, DataDependentError, SymbolEnv, TensorMeta, TraceError, dynamic_meta, trace
 from ptc_spec.testing import assert_same, compare_with_eager
 
 from .cases import CASES, SYMBOLIC_CASES
@@ -202,7 +202,7 @@ def test_data_dependent_error_type() -> None:
 
 def test_symbolic_inputs_outside_the_tracers_shape_env_are_refused_clearly() -> None:
     s = ptc_spec.size_symbol("s0")
-    with pytest.raises(TraceError, match=r"symbolic sizes \(s0, 3\), but the tracer's ShapeEnv has no symbol s0"):
+    with pytest.raises(TraceError, match=r"symbolic sizes \(s0, 3\), but the tracer's SymbolEnv has no symbol s0"):
         trace(torch.exp, TensorMeta.of((s, 3)))
 
 
@@ -277,7 +277,7 @@ def test_norm_statistics_carry_the_traced_devices_dtype(call: Any, params: torch
 
 
 # -- symbolic sizes ---------------------------------------------------------------------------
-def _dynamic_inputs(specs: tuple[Any, ...], env: ShapeEnv) -> list[TensorMeta]:
+def _dynamic_inputs(specs: tuple[Any, ...], env: SymbolEnv) -> list[TensorMeta]:
     return [dynamic_meta(TensorMeta.of(shape, dtype), dims, env) for shape, dims, dtype in specs]
 
 
@@ -293,7 +293,7 @@ def _real_inputs(specs: tuple[Any, ...], grow: int, seed: int = 0) -> list[torch
 
 @pytest.mark.parametrize(("name", "fn", "specs"), SYMBOLIC_CASES, ids=[c[0] for c in SYMBOLIC_CASES])
 def test_a_symbolic_trace_runs_like_eager_at_other_sizes(name: str, fn: Any, specs: tuple[Any, ...]) -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     metas = _dynamic_inputs(specs, env)
     gm = ptc_spec.roundtrip(trace(fn, *metas, shape_env=env))
     for grow in (0, 2, 4, 6):
@@ -304,7 +304,7 @@ def test_a_symbolic_trace_runs_like_eager_at_other_sizes(name: str, fn: Any, spe
 
 
 def test_every_node_of_a_symbolic_trace_has_symbolic_metadata_matching_eager() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     fn = lambda a, b: (a @ b).softmax(-1).reshape(-1)  # noqa: E731
     metas = [dynamic_meta(TensorMeta.of((6, 5)), [0, 1], env), dynamic_meta(TensorMeta.of((5, 4)), [0, 1], env)]
     gm = trace(fn, *metas, shape_env=env)
@@ -333,7 +333,7 @@ def test_every_node_of_a_symbolic_trace_has_symbolic_metadata_matching_eager() -
 
 
 def test_sizes_computed_in_python_become_size_nodes_not_guards() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     x = dynamic_meta(TensorMeta.of((6, 8)), [0, 1], env)
     gm = trace(lambda a: a.view(a.shape[0] * 2, a.size(1) // 2), x, shape_env=env)
     view = next(n for n in gm.graph.nodes if n.target is aten.view.default)
@@ -352,7 +352,7 @@ def test_a_branch_on_a_size_in_traced_code_is_a_guard(rows: int, expected: str) 
     def fn(a: torch.Tensor) -> torch.Tensor:
         return a * 2 if a.shape[0] > 4 else a - 1
 
-    env = ShapeEnv()
+    env = SymbolEnv()
     gm = trace(fn, dynamic_meta(TensorMeta.of((rows, 3)), [0], env), shape_env=env)
     assert [str(g) for g in env.guards] == ["s0 >= 2", expected]
     same_side = rows + 3 if rows > 4 else rows - 1
@@ -387,7 +387,7 @@ class _Attention(torch.nn.Module):
 @pytest.mark.parametrize("model", [_mlp(), _Attention()], ids=["mlp", "attention"])
 def test_a_model_traced_with_symbolic_batch_and_sequence_runs_like_eager_at_three_other_sizes(model: torch.nn.Module) -> None:
     dim = 8 if isinstance(model, torch.nn.Sequential) else 16
-    env = ShapeEnv()
+    env = SymbolEnv()
     x = dynamic_meta(TensorMeta.of((3, 10, dim)), [0, 1], env)
 
     def run(a: torch.Tensor) -> torch.Tensor:
@@ -409,7 +409,7 @@ def test_a_backward_traced_with_a_symbolic_batch_runs_like_eager() -> None:
         loss = lin(x).relu().sum()
         return (loss, *torch.autograd.grad(loss, x))
 
-    env = ShapeEnv()
+    env = SymbolEnv()
     gm = trace(fn, dynamic_meta(TensorMeta.of((5, 6), requires_grad=True), [0], env), shape_env=env)
     for rows in (2, 9):
         x = torch.randn(rows, 6, requires_grad=True)
@@ -417,7 +417,7 @@ def test_a_backward_traced_with_a_symbolic_batch_runs_like_eager() -> None:
 
 
 def test_a_symbolic_graph_file_keeps_its_symbols_and_guards() -> None:
-    env = ShapeEnv()
+    env = SymbolEnv()
     x = dynamic_meta(TensorMeta.of((8, 6)), [0, 1], env)
     gm = trace(lambda a: a.view(a.shape[0], 2, -1).sum(1) + (1 if a.shape[0] > 4 else 0), x, shape_env=env)
     loaded = ptc_spec.loads(ptc_spec.dumps(gm))

@@ -21,6 +21,7 @@ from ptc.pipeline import STATS
 from ptc_spec.testing import assert_same, compare_with_eager
 
 BACKENDS = ["aot_eager", "inductor"]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 @pytest.fixture(autouse=True)
@@ -106,6 +107,22 @@ def test_gpt_inference_over_sixteen_sequence_lengths(backend: str, dynamic: bool
             idx = torch.randint(0, 97, (2, t))
             assert_same(compiled(idx)[0], eager(idx)[0], what=f"logits at length {t}")
     assert STATS.graphs == graphs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpt_inference_under_autocast_over_sequence_lengths(dtype: torch.dtype) -> None:
+    eager, model = _gpts()
+    eager.eval(), model.eval()
+    compiled = ptc.compile(model, dynamic=True)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+        for t in (5, 11, 8, 19):
+            idx = torch.randint(0, 97, (2, t))
+            out, expected = compiled(idx)[0], eager(idx)[0]
+            assert out.dtype == expected.dtype
+            # Fused kernels round once where eager rounds after every op: judged on the scale.
+            scale = float(expected.float().abs().max())
+            assert float((out.float() - expected.float()).abs().max()) <= 0.05 * scale, f"length {t}"
+    assert STATS.graphs == 1
 
 
 def _train_over_lengths(backend: str, lengths: tuple[int, ...], device: str = "cpu") -> None:
@@ -197,8 +214,8 @@ def test_two_independent_dynamic_dims(backend: str) -> None:
     compiled = ptc.compile(f, backend=backend)
     for n, k in ((4, 6), (7, 6), (4, 11), (9, 3), (13, 17)):
         compare_with_eager(compiled, f, torch.randn(n, k), torch.randn(k, 5))
-    # Static first, then n (and k in the same miss) became symbolic.
-    assert STATS.graphs <= 3
+    # Static first; (7, 6) makes n symbolic, (4, 11) makes k symbolic too; the rest hit.
+    assert STATS.graphs == 3
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -254,8 +271,9 @@ def test_mark_static_keeps_a_dim_static_under_dynamic_true() -> None:
     assert STATS.graphs == 3
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_views_and_reshapes_with_symbolic_sizes(backend: str) -> None:
+def test_views_and_reshapes_with_symbolic_sizes(backend: str, dtype: torch.dtype) -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         y = x.reshape(b * t, c).t().unsqueeze(0)
@@ -264,12 +282,13 @@ def test_views_and_reshapes_with_symbolic_sizes(backend: str) -> None:
 
     compiled = ptc.compile(f, backend=backend, dynamic=True)
     for b, t in ((2, 5), (3, 9), (4, 4), (2, 17)):
-        compare_with_eager(compiled, f, torch.randn(b, t, 6))
+        compare_with_eager(compiled, f, torch.randn(b, t, 6, dtype=dtype))
     assert STATS.graphs == 1
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_cat_split_and_pad_with_symbolic_sizes(backend: str) -> None:
+def test_cat_split_and_pad_with_symbolic_sizes(backend: str, dtype: torch.dtype) -> None:
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         both = torch.cat([x, y.relu(), x * 2], dim=0)
         head, tail = both.split([x.shape[0], both.shape[0] - x.shape[0]], dim=0)
@@ -279,7 +298,7 @@ def test_cat_split_and_pad_with_symbolic_sizes(backend: str) -> None:
 
     compiled = ptc.compile(f, backend=backend, dynamic=True)
     for n, m in ((3, 5), (4, 6), (7, 9), (5, 5)):
-        compare_with_eager(compiled, f, torch.randn(n, 8), torch.randn(m, 8))
+        compare_with_eager(compiled, f, torch.randn(n, 8, dtype=dtype), torch.randn(m, 8, dtype=dtype))
     # The split keeps x's length and the rest symbolic, so one graph serves every pair.
     assert STATS.graphs == 1
 
@@ -316,7 +335,9 @@ def test_graph_files_with_symbolic_sizes_round_trip() -> None:
     def metas(g: torch.fx.GraphModule) -> list[str]:
         return [str(n.meta[ptc_spec.META_KEY]) for n in g.graph.nodes if ptc_spec.META_KEY in n.meta]
 
-    assert metas(again) == metas(gm) and any("s" in m for m in metas(gm))
+    assert metas(again) == metas(gm)
+    reloaded = [n.meta[ptc_spec.META_KEY] for n in again.graph.nodes if n.op == "placeholder"]
+    assert any(isinstance(m, ptc_spec.TensorMeta) and m.is_symbolic for m in reloaded)
     # The reloaded graph runs at lengths it was not traced at: swap the token input for a longer one.
     (position,) = [i for i, t in enumerate(examples) if t.dtype == torch.long and t.shape == (2, 9)]
     with torch.no_grad():

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, ShapeEnv, TensorMeta, dialect_of, roundtrip, save, shape_env_of
+from ptc_spec import META_KEY, SymbolEnv, TensorMeta, dialect_of, roundtrip, save, shape_env_of
 
 from .config import Config, config_from_env
 from .errors import PtcAotError
@@ -39,12 +39,12 @@ def compile_program(
     bw_compiler: Compiler,
     config: Config,
     tag: str = "",
-    shape_env: ShapeEnv | None = None,
+    shape_env: SymbolEnv | None = None,
 ) -> CompiledProgram:
     """Trace joint -> functionalize -> partition -> compile -> wrap, for one input signature.
 
-    Inputs with symbolic sizes need ``shape_env`` (their symbols' ShapeEnv, which tracing
-    extends with its guards); every graph handed to a compiler then records the ShapeEnv.
+    Inputs with symbolic sizes need ``shape_env`` (their symbols' SymbolEnv, which tracing
+    extends with its guards); every graph handed to a compiler then records the SymbolEnv.
     """
     program = trace_program(fn, inputs, joint=training, shape_env=shape_env)
     functional = functionalize(program.gm)
@@ -69,11 +69,11 @@ def compile_program(
     )  # fmt: skip
 
 
-def _with_compiler_guards(env: ShapeEnv | None, *compiled: Any) -> ShapeEnv | None:
+def _with_compiler_guards(env: SymbolEnv | None, *compiled: Any) -> SymbolEnv | None:
     """``env`` plus the guards a compiler added while compiling a graph of it.
 
     A compiler that decides on a size (ptc-decomp, a backend) records the guard in the
-    ShapeEnv of the graph it returns (``compiled.meta[SHAPE_ENV_KEY]``, as a GraphModule
+    SymbolEnv of the graph it returns (``compiled.meta[SHAPE_ENV_KEY]``, as a GraphModule
     carries it); the wrapper then checks those too before running the program.
     """
     if env is None:
@@ -81,7 +81,7 @@ def _with_compiler_guards(env: ShapeEnv | None, *compiled: Any) -> ShapeEnv | No
     extra = [g for c in compiled if (found := shape_env_of(c)) is not None for g in found.guards if g not in env.guards]
     if not extra:
         return env
-    merged = ShapeEnv.from_state(env.state())
+    merged = SymbolEnv.from_state(env.state())
     for guard in extra:
         # Each held at the hints when the compiler decided it: recording it as a decision keeps it.
         merged.guard_bool(guard)
@@ -125,7 +125,7 @@ class AotFunction:
 
     Example inputs with symbolic sizes give a symbolic program, which serves every call whose
     sizes its guards admit; a call they do not admit compiles another program, symbolic in the
-    same dims (a fresh ShapeEnv, the call's sizes as hints).
+    same dims (a fresh SymbolEnv, the call's sizes as hints).
     """
 
     def __init__(
@@ -135,7 +135,7 @@ class AotFunction:
         fw_compiler: Compiler,
         bw_compiler: Compiler,
         config: Config,
-        shape_env: ShapeEnv | None = None,
+        shape_env: SymbolEnv | None = None,
     ) -> None:
         self._fn = fn
         self._fw_compiler = fw_compiler
@@ -150,17 +150,17 @@ class AotFunction:
         self._dynamic = dynamic_dims(inputs)
         if self._dynamic and shape_env is None:
             raise PtcAotError(
-                "example inputs have symbolic sizes but no ShapeEnv was given;"
-                " pass the ShapeEnv their symbols belong to (aot(..., shape_env=env))"
+                "example inputs have symbolic sizes but no SymbolEnv was given;"
+                " pass the SymbolEnv their symbols belong to (aot(..., shape_env=env))"
             )
         training = torch.is_grad_enabled() and any(isinstance(m, TensorMeta) and m.requires_grad for m in inputs)
         self._program(training, inputs, shape_env)
 
-    def _program(self, training: bool, inputs: list[Any], shape_env: ShapeEnv | None = None) -> CompiledProgram:
+    def _program(self, training: bool, inputs: list[Any], shape_env: SymbolEnv | None = None) -> CompiledProgram:
         key = (training, *(v if isinstance(v, TensorMeta) else (type(v), v) for v in inputs))
         symbolic = shape_env is not None and any(isinstance(m, TensorMeta) and m.is_symbolic for m in inputs)
         try:
-            # Symbolic metadata names symbols of one ShapeEnv (s0 of another program is another
+            # Symbolic metadata names symbols of one SymbolEnv (s0 of another program is another
             # size), so a symbolic program is only ever found through its Signature.
             found = None if symbolic else self._programs.get(key)
         except TypeError as exc:
@@ -171,8 +171,8 @@ class AotFunction:
         if found is None:
             tag = "" if not self._programs else f"_{len(self._programs)}"
             log.info("compiling %s%s program %s", "symbolic " if symbolic else "", "training" if training else "inference", tag or "0")
-            # Tracing adds guards to its ShapeEnv: a copy keeps the caller's (and the next program's) as given.
-            env = ShapeEnv.from_state(shape_env.state()) if symbolic and shape_env is not None else None
+            # Tracing adds guards to its SymbolEnv: a copy keeps the caller's (and the next program's) as given.
+            env = SymbolEnv.from_state(shape_env.state()) if symbolic and shape_env is not None else None
             found = compile_program(self._fn, inputs, training, self._fw_compiler, self._bw_compiler, self._config, tag, env)
             self._programs[(*key, len(self._programs)) if symbolic else key] = found
             if symbolic and found.shape_env is not None:
@@ -221,14 +221,14 @@ def aot(
     dump_dir: str | None = None,
     config: Config | None = None,
     *,
-    shape_env: ShapeEnv | None = None,
+    shape_env: SymbolEnv | None = None,
 ) -> AotFunction:
     """Return a callable running ``fn`` through compiled functional aten forward/backward graphs.
 
     ``fn`` is a torch-dialect GraphModule or any callable; ``example_inputs`` are tensors,
     TensorMetas or Python values (baked in), or None to take a GraphModule's placeholder metadata.
     TensorMetas with symbolic sizes (``ptc_spec.dynamic_meta``) make the program symbolic in
-    those dims; their symbols belong to ``shape_env`` (default: the ShapeEnv a GraphModule records).
+    those dims; their symbols belong to ``shape_env`` (default: the SymbolEnv a GraphModule records).
     """
     chosen = config if config is not None else config_from_env()
     if partition is not None:
@@ -236,7 +236,7 @@ def aot(
     if dump_dir is not None:
         chosen = replace(chosen, dump_dir=dump_dir)
     if example_inputs is None or (shape_env is None and _records_symbols(fn)):
-        # A graph that records a ShapeEnv is compiled over its own symbolic metadata; example
+        # A graph that records a SymbolEnv is compiled over its own symbolic metadata; example
         # tensors only stand for one of the sizes it admits.
         example_inputs = _placeholder_metas(fn, example_inputs)
     if isinstance(fn, torch.fx.GraphModule) and dialect_of(fn) not in (None, "torch", "aten"):

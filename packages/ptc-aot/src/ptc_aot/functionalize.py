@@ -24,7 +24,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from ptc_spec import META_KEY, GraphBuilder, ShapeEnv, TensorMeta, integer_valued, shape_env_of, symbolic
+from ptc_spec import META_KEY, GraphBuilder, SymbolEnv, TensorMeta, integer_valued, shape_env_of, symbolic
 
 from .errors import UnsupportedMutationError
 from .mutations import (
@@ -86,7 +86,7 @@ class _Pass:
     ``env``, which the builder records as size nodes of its own when an op takes them).
     """
 
-    env: ShapeEnv | None = None
+    env: SymbolEnv | None = None
     builder: GraphBuilder = field(init=False)
     values: dict[torch.fx.Node, _Value] = field(default_factory=dict)
     multi: dict[torch.fx.Node, list[_Value | None]] = field(default_factory=dict)
@@ -179,7 +179,7 @@ def _pytype(expr: sympy.Basic) -> type[int] | type[float] | type[bool]:
 
 
 def functionalize(gm: torch.fx.GraphModule) -> FunctionalGraph:
-    """Rewrite a traced graph returning ``(outputs, extra)`` into a FunctionalGraph (recording its ShapeEnv)."""
+    """Rewrite a traced graph returning ``(outputs, extra)`` into a FunctionalGraph (recording its SymbolEnv)."""
     state = _Pass(shape_env_of(gm))
     placeholders: list[_Value] = []
     output_node: torch.fx.Node | None = None

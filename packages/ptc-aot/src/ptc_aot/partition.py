@@ -21,7 +21,7 @@ import sympy
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, SHAPE_ENV_KEY, ShapeEnv, TensorMeta, set_dialect, shape_env_of
+from ptc_spec import META_KEY, SHAPE_ENV_KEY, SymbolEnv, TensorMeta, set_dialect, shape_env_of
 
 from .errors import PartitionError
 from .functionalize import FunctionalGraph
@@ -95,7 +95,7 @@ def tangents(joint: FunctionalGraph, num_primals: int) -> Tangents:
 def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -> Partition:
     """Split ``joint`` (outputs: forward outputs, mutations, then one grad per primal).
 
-    Both graphs record the joint graph's ShapeEnv. Sizes are never saved: the backward reads
+    Both graphs record the joint graph's SymbolEnv. Sizes are never saved: the backward reads
     each size it needs from one of its own inputs with that size as a dim.
     """
     graph = joint.gm.graph
@@ -132,7 +132,7 @@ def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -
     return Partition(forward, backward, n_forward, tuple(n.name for n in saved), int(saved_bytes), int(baseline))
 
 
-def _size_source(inputs: list[torch.fx.Node], size: sympy.Basic, env: ShapeEnv | None) -> tuple[torch.fx.Node, int] | None:
+def _size_source(inputs: list[torch.fx.Node], size: sympy.Basic, env: SymbolEnv | None) -> tuple[torch.fx.Node, int] | None:
     """An input with ``size`` as one of its dims (equal once the guards' substitutions apply), and that dim."""
     wanted = env.simplify(size) if env is not None else size
     for node in inputs:
@@ -229,7 +229,7 @@ def extract(gm: torch.fx.GraphModule, inputs: list[torch.fx.Node], outputs: list
 
 
 def _read_size(
-    graph: torch.fx.Graph, node: torch.fx.Node, inputs: list[torch.fx.Node], env: dict[torch.fx.Node, torch.fx.Node], shape_env: ShapeEnv | None
+    graph: torch.fx.Graph, node: torch.fx.Node, inputs: list[torch.fx.Node], env: dict[torch.fx.Node, torch.fx.Node], shape_env: SymbolEnv | None
 ) -> torch.fx.Node:
     found = _size_source(inputs, node.meta[META_KEY], shape_env)
     if found is None:

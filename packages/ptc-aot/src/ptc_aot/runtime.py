@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ptc_spec import ShapeEnv
+from ptc_spec import SymbolEnv
 
 from .errors import DoubleBackwardError
 from .partition import Tangents
@@ -31,7 +31,7 @@ class CompiledProgram:
 
     ``backward`` is None for inference programs. ``differentiable`` says, per graph output,
     whether it has a tangent input in the backward; ``tangents`` describes those inputs.
-    ``shape_env``: for a symbolic program, the ShapeEnv its graphs record (the guards a call's
+    ``shape_env``: for a symbolic program, the SymbolEnv its graphs record (the guards a call's
     sizes must satisfy); None for static sizes.
     """
 
@@ -43,7 +43,7 @@ class CompiledProgram:
     outputs: tuple[OutputPlan, ...]
     out_spec: pytree.TreeSpec
     tangents: Tangents | None = None
-    shape_env: ShapeEnv | None = None
+    shape_env: SymbolEnv | None = None
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> Any:
         """Run the program on the tensor inputs and return the user's output structure."""

@@ -16,17 +16,17 @@ from typing import Any
 import sympy
 import torch
 
-from ptc_spec import ShapeEnv, SymSize, TensorMeta, dynamic_meta
+from ptc_spec import SymbolEnv, SymSize, TensorMeta, dynamic_meta
 
 
 @dataclass(frozen=True, slots=True)
 class Signature:
     """The calls a symbolic program accepts: grad mode, input metadata (TensorMeta or a baked-in
-    ``(type, value)``) and the ShapeEnv whose guards the compiled graphs rely on."""
+    ``(type, value)``) and the SymbolEnv whose guards the compiled graphs rely on."""
 
     training: bool
     inputs: tuple[Any, ...]
-    env: ShapeEnv
+    env: SymbolEnv
 
     def matches(self, training: bool, args: Sequence[Any]) -> bool:
         """True when the program traced for this signature is valid for a call with ``args``."""
@@ -96,9 +96,9 @@ def dynamic_dims(metas: Sequence[Any]) -> dict[int, tuple[int, ...]]:
     return found
 
 
-def make_dynamic(metas: Sequence[Any], dims: dict[int, tuple[int, ...]]) -> tuple[list[Any], ShapeEnv]:
-    """``metas`` with a fresh symbol for each dim in ``dims`` (in a new ShapeEnv, which it returns)."""
-    env = ShapeEnv()
+def make_dynamic(metas: Sequence[Any], dims: dict[int, tuple[int, ...]]) -> tuple[list[Any], SymbolEnv]:
+    """``metas`` with a fresh symbol for each dim in ``dims`` (in a new SymbolEnv, which it returns)."""
+    env = SymbolEnv()
     out = list(metas)
     for i, chosen in dims.items():
         meta = out[i]

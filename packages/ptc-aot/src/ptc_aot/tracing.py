@@ -19,7 +19,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptc_spec import ShapeEnv, TensorMeta, TracedTensor, symbolic_dispatch
+from ptc_spec import SymbolEnv, TensorMeta, TracedTensor, symbolic_dispatch
 from ptc_spec.tracer import Tracer, finish
 
 from .errors import UnsupportedMutationError
@@ -61,7 +61,7 @@ class TracedProgram:
 class _RecordingTracer(Tracer):
     """ptc-spec's tracer, also remembering the traced tensor object behind each node."""
 
-    def __init__(self, shape_env: ShapeEnv | None) -> None:
+    def __init__(self, shape_env: SymbolEnv | None) -> None:
         super().__init__(shape_env)
         self.objects: dict[torch.fx.Node, TracedTensor] = {}
 
@@ -86,10 +86,10 @@ def _differentiable(x: Any) -> bool:
     return isinstance(x, TracedTensor) and x.requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex)
 
 
-def trace_program(fn: Callable[..., Any], inputs: Sequence[Any], joint: bool, shape_env: ShapeEnv | None = None) -> TracedProgram:
+def trace_program(fn: Callable[..., Any], inputs: Sequence[Any], joint: bool, shape_env: SymbolEnv | None = None) -> TracedProgram:
     """Trace ``fn`` over ``inputs`` (TensorMeta for tensors, other values baked in); with ``joint``, its backward too.
 
-    Inputs with symbolic sizes need ``shape_env``, the ShapeEnv of their symbols; the trace
+    Inputs with symbolic sizes need ``shape_env``, the SymbolEnv of their symbols; the trace
     records in it every decision ``fn`` (or an op) makes on a size, and the graph records it.
     """
     tracer = _RecordingTracer(shape_env)

@@ -27,7 +27,7 @@ from ptc_capture.logs import channel
 from ptc_capture.resume import NATIVE, in_try_block, make_resume_code, resume_parameters
 from ptc_capture.runner import BreakPlan, build_runner, direct_target, make_replacement
 from ptc_capture.variables import Var
-from ptc_spec import ShapeEnv
+from ptc_spec import SymbolEnv
 
 __all__ = ["BreakRecord", "Capture", "capture_frame", "capture_function"]
 
@@ -71,7 +71,7 @@ class Capture:
     target: types.CodeType | Callable[..., Any] | None = None
     """What the frame hook runs in the frame's place: the runner itself when it can be called
     with the frame's arguments (one Python frame less per call), else the replacement code."""
-    shape_env: ShapeEnv | None = None
+    shape_env: SymbolEnv | None = None
     """The symbols of the dynamic input dims and their guards (None when every size is static)."""
 
 
@@ -192,7 +192,7 @@ def _active_child(frame: Frame) -> Frame | None:
 
 
 def _guards_of(state: CaptureState) -> list[Guard]:
-    """The trace's guards, the ShapeEnv's last: they read the symbols the tensor guards bind."""
+    """The trace's guards, the SymbolEnv's last: they read the symbols the tensor guards bind."""
     guards = list(state.guards)
     env = state.graph.shape_env
     if env.symbols:

@@ -34,7 +34,7 @@ import torch
 from ptc_capture.errors import ShapeConstraintError
 from ptc_capture.guards import Source, describe_condition, source_expr
 from ptc_capture.logs import channel
-from ptc_spec import ShapeEnv
+from ptc_spec import SymbolEnv
 
 __all__ = ["DimRequest", "DynamicPolicy", "Mark", "check_marks", "mark_dynamic", "mark_static", "source_label"]
 
@@ -168,7 +168,7 @@ def source_label(source: Source) -> str:
     return source_expr(source, names)
 
 
-def constrain(env: ShapeEnv, mark: Mark, size: Any) -> None:
+def constrain(env: SymbolEnv, mark: Mark, size: Any) -> None:
     """Apply a mark's range to the symbol of its dim; raise if the dim could not be made dynamic."""
     where = f"{source_label(mark.source)} dim {mark.dim}"
     if not isinstance(size, sympy.Symbol):
@@ -187,7 +187,7 @@ def constrain(env: ShapeEnv, mark: Mark, size: Any) -> None:
         env.guard_bool(sympy.Le(size, mark.upper))
 
 
-def check_marks(env: ShapeEnv, marks: Iterable[tuple[Mark, sympy.Symbol]]) -> None:
+def check_marks(env: SymbolEnv, marks: Iterable[tuple[Mark, sympy.Symbol]]) -> None:
     """Raise ShapeConstraintError when the trace fixed a marked dim to one value."""
     for mark, sym in marks:
         value = env.simplify(sym)

@@ -5,7 +5,7 @@ TensorMeta (or a tuple of them for multi-output ops). Inside an autocast region 
 from running the op once more on ptc-spec traced tensors, which keep their real device and so
 go through autocast as eager's tensors do (meta tensors never do).
 
-Inputs with dynamic dims have meta tensors with SymInt sizes over the graph's ShapeEnv, so ops
+Inputs with dynamic dims have meta tensors with SymInt sizes over the graph's SymbolEnv, so ops
 run on symbolic meta tensors (inside ptc-spec's ``symbolic_dispatch``) and their TensorMeta is
 symbolic; sizes passed to ops become graph values (``symbolic_sizes.SizeNodes``). An op whose
 meta kernel cannot take symbolic sizes but runs at the example sizes is specialized: each symbol
@@ -32,7 +32,7 @@ from ptc_capture.symbolic_sizes import SizeNodes, free_symbols, hinted, mentions
 from ptc_capture.variables import Var, size_var
 from ptc_spec import (
     META_KEY,
-    ShapeEnv,
+    SymbolEnv,
     TensorMeta,
     Tracer,
     dynamic_meta,
@@ -102,7 +102,7 @@ class GraphState:
     op_count: int = 0
     autocast: AutocastState | None = None
     """The autocast state of the ops recorded next, when some device type casts (else None)."""
-    shape_env: ShapeEnv = field(default_factory=ShapeEnv)
+    shape_env: SymbolEnv = field(default_factory=SymbolEnv)
     """The symbols of the dynamic input dims and the guards the trace decided on them."""
     sizes: SizeNodes = field(init=False)
 
@@ -206,7 +206,10 @@ class GraphState:
     def _autocast_result(self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run the op on traced tensors under the traced autocast state (its outputs carry autocast's dtypes)."""
         assert self.autocast is not None
-        tracer = Tracer(shape_env=self.shape_env)
+        # Only the result's dtypes are read, and autocast picks them without looking at sizes:
+        # the op runs at the example sizes (a symbolic slice bound would need a graph input dim).
+        env = self.shape_env
+        tracer = Tracer()
         traced: dict[int, torch.Tensor] = {}
 
         # Inputs that do not require grad are never put in autocast's weight-cast cache, so
@@ -215,13 +218,16 @@ class GraphState:
             found = traced.get(id(var.node))
             if found is None:
                 assert var.meta is not None
-                found = tracer.placeholder(f"input{len(traced)}", var.meta.replace(requires_grad=False))
+                meta = var.meta.replace(requires_grad=False)
+                if meta.is_symbolic:
+                    meta = TensorMeta.from_tensor(meta.to_meta_tensor(hints=env.hints), device=meta.device)
+                found = tracer.placeholder(f"input{len(traced)}", meta)
                 traced[id(var.node)] = found
             return found
 
         try:
-            call_args = _map_vars(args, lift)
-            call_kwargs = _map_vars(kwargs, lift)
+            call_args = hinted(_map_vars(args, lift), env)
+            call_kwargs = hinted(_map_vars(kwargs, lift), env)
             fn: Callable[..., Any] = getattr(call_args[0], target) if op == "call_method" else target
             with applied(self.autocast), torch.no_grad():
                 return fn(*(call_args[1:] if op == "call_method" else call_args), **call_kwargs)

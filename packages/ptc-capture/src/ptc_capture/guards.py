@@ -19,7 +19,7 @@ import torch
 
 from ptc_capture.logs import channel
 from ptc_capture.symbolic_sizes import size_source, symbol_name
-from ptc_spec import ShapeEnv, term_source, to_term
+from ptc_spec import SymbolEnv, term_source, to_term
 
 __all__ = ["Guard", "GuardSet", "ShapeGuards", "Source", "compile_guards", "describe_condition", "key_types", "source_expr"]
 
@@ -220,14 +220,14 @@ def symbol_names(exprs: Iterable[Any]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class ShapeGuards:
-    """The ShapeEnv's guards of one capture: conditions on the size symbols that the trace relied on."""
+    """The SymbolEnv's guards of one capture: conditions on the size symbols that the trace relied on."""
 
     exprs: tuple[sympy.Basic, ...]
     source: str
     """The guards as one Python expression over the locals ``_sym_<name>`` the tensor guards bind."""
 
     @classmethod
-    def of(cls, env: ShapeEnv) -> ShapeGuards:
+    def of(cls, env: SymbolEnv) -> ShapeGuards:
         """A snapshot of ``env``'s guards."""
         return cls(env.guards, env.guards_source(symbol_names(env.guards)))
 
@@ -243,7 +243,7 @@ def describe_condition(expr: sympy.Basic) -> str:
 @_emitter("int_symbol")
 def _emit_int_symbol(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     # An int argument that is a size symbol: any int, read into the symbol's local; the
-    # ShapeEnv's guards then say which values the entry admits.
+    # SymbolEnv's guards then say which values the entry admits.
     bound.add(g.expected)
     return ["if type(v) is not int: return False", f"{symbol_name(g.expected)} = v"]
 

@@ -1,11 +1,11 @@
 """Symbolic sizes in a capture: their graph values, their Python source, and specializing them.
 
 An input with dynamic dims gets a placeholder whose meta tensor has ``torch.SymInt`` sizes over
-the capture's ShapeEnv (ptc-spec), so every size the trace reads (``x.shape[1]``, ``len(x)``,
+the capture's SymbolEnv (ptc-spec), so every size the trace reads (``x.shape[1]``, ``len(x)``,
 ``x.numel()``) or computes from those (``n * 2``, ``n / 2``, ``n > 512``) is a SymInt,
 SymFloat or SymBool: a ``sym`` Var. Arithmetic on them stays symbolic; a decision on one
 (a branch, ``range(n)``, a dict key) is made at the example sizes and recorded as a guard
-by the ShapeEnv. At run time a size is needed in three places, each rebuilt from the
+by the SymbolEnv. At run time a size is needed in three places, each rebuilt from the
 actual input sizes rather than baked in:
 
 - as an op argument (``x.view(n, -1)``): the graph computes it from its inputs, as
@@ -24,7 +24,7 @@ import sympy
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, ShapeEnv, TensorMeta, Term, expr_of, term_source, term_value, to_term
+from ptc_spec import META_KEY, SymbolEnv, TensorMeta, Term, expr_of, term_source, term_value, to_term
 
 __all__ = [
     "SYM_TYPES", "SizeNodes", "concrete", "constant_of", "free_symbols", "hinted", "is_symbolic", "mentions_symbols",
@@ -71,7 +71,7 @@ def concrete(value: Any) -> Any:
     """``value`` with every symbolic number replaced by its value at the example sizes, guarded.
 
     The specialization of code that needs a real Python value (``range(n)``, a dict key, an
-    f-string): ``int(SymInt)`` asks the ShapeEnv, which records ``Eq(s0, 16)``.
+    f-string): ``int(SymInt)`` asks the SymbolEnv, which records ``Eq(s0, 16)``.
     """
     if isinstance(value, torch.SymBool):
         return bool(value)
@@ -91,7 +91,7 @@ def concrete(value: Any) -> Any:
     return value
 
 
-def hinted(value: Any, env: ShapeEnv) -> Any:
+def hinted(value: Any, env: SymbolEnv) -> Any:
     """``value`` at the example sizes, recording nothing: symbolic numbers become their hints and
     meta tensors with symbolic sizes become meta tensors of the hinted layout."""
     if isinstance(value, SYM_TYPES):
@@ -202,7 +202,7 @@ class SizeNodes:
     ``torch.sym_max``/``sym_min``). Each distinct term is computed once.
     """
 
-    def __init__(self, graph: torch.fx.Graph, env: ShapeEnv) -> None:
+    def __init__(self, graph: torch.fx.Graph, env: SymbolEnv) -> None:
         self.graph = graph
         self.env = env
         self.sources: dict[sympy.Symbol, tuple[torch.fx.Node, int]] = {}

@@ -128,7 +128,7 @@ def python_value(var: Var) -> Any:
     kind = var.kind
     if kind in ("const", "function", "callable", "module", "object", "sym"):
         # A sym's value is its SymInt: Python code given it computes symbolically, and what
-        # needs a real number asks the ShapeEnv (a guard).
+        # needs a real number asks the SymbolEnv (a guard).
         return var.value
     if kind == "slice":
         return slice(*(python_value(v) for v in var.items))

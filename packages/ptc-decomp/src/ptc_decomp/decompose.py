@@ -24,7 +24,7 @@ from ptc_spec import (
     META_KEY,
     SHAPE_ENV_KEY,
     OpSet,
-    ShapeEnv,
+    SymbolEnv,
     TensorMeta,
     check,
     dialect_of,
@@ -97,7 +97,7 @@ class _Rewriter(Tracer):
     """
 
     def __init__(
-        self, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any], config: Config, shape_env: ShapeEnv | None = None
+        self, ops: OpSet, decompositions: Mapping[Any, Decomposition], keep: frozenset[Any], config: Config, shape_env: SymbolEnv | None = None
     ) -> None:
         super().__init__(shape_env)
         self.ops = ops
@@ -233,7 +233,7 @@ def decompose(
     full = default_table(target)
     decompositions = full if table is None else dict(table)
     keep = frozenset(op for op in full if op not in decompositions)
-    # A symbolic graph is replayed over symbolic traced tensors of its own ShapeEnv, so the
+    # A symbolic graph is replayed over symbolic traced tensors of its own SymbolEnv, so the
     # decompositions' size arithmetic becomes graph nodes and any decision they make on a
     # size becomes a guard recorded with the result (``ptc_spec.shape_env_of(out)``).
     rewriter = _Rewriter(ops, decompositions, keep, config, shape_env_of(gm))
@@ -241,7 +241,7 @@ def decompose(
     with torch.no_grad(), symbolic_dispatch(rewriter.shape_env):
         result = _replay(gm, rewriter)
     out = finish(rewriter, result, "aten")
-    # The result's ShapeEnv is the rewriter's: the input's guards plus any its decompositions added.
+    # The result's SymbolEnv is the rewriter's: the input's guards plus any its decompositions added.
     out.meta.update({k: v for k, v in gm.meta.items() if k not in ("ptc_dialect", KEPT_KEY, FALLBACKS_KEY, SHAPE_ENV_KEY)})
     _record_fallbacks(out, rewriter)
     kept = sorted({overload_name(n.target) for n in out.graph.nodes if n.op == "call_function" and n.target in keep})

@@ -3,7 +3,7 @@
 A decomposition of a symbolic graph returns traced tensors whose sizes are ``torch.SymInt``;
 the node records sympy expressions, possibly written before a guard made two symbols one
 (``s2`` replaced by ``s0``). Comparing SymInts with ``==`` would *decide* the comparison and
-record a guard; these checks instead compare expressions through the ShapeEnv, which only
+record a guard; these checks instead compare expressions through the SymbolEnv, which only
 answers what holds for every size the guards admit, and record nothing.
 """
 
@@ -14,14 +14,14 @@ from collections.abc import Sequence
 import sympy
 import torch
 
-from ptc_spec import ShapeEnv, SymSize, TensorMeta, expr_of
+from ptc_spec import SymbolEnv, SymSize, TensorMeta, expr_of
 
 
 def _expr(value: object) -> sympy.Basic:
     return expr_of(value) if not isinstance(value, sympy.Basic) else value
 
 
-def same_size(env: ShapeEnv, a: object, b: object) -> bool:
+def same_size(env: SymbolEnv, a: object, b: object) -> bool:
     """True when sizes ``a`` and ``b`` (ints, SymInts or sympy) are equal for every admitted size."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
@@ -31,23 +31,23 @@ def same_size(env: ShapeEnv, a: object, b: object) -> bool:
     return env.statically_known(sympy.Eq(left, right)) is True
 
 
-def same_shape(env: ShapeEnv, shape: Sequence[object], expected: Sequence[SymSize]) -> bool:
+def same_shape(env: SymbolEnv, shape: Sequence[object], expected: Sequence[SymSize]) -> bool:
     """True when ``shape`` equals ``expected`` dim by dim for every admitted size."""
     return len(shape) == len(expected) and all(same_size(env, a, b) for a, b in zip(shape, expected))
 
 
-def _is_one(env: ShapeEnv, size: object) -> bool:
+def _is_one(env: SymbolEnv, size: object) -> bool:
     return same_size(env, size, 1)
 
 
-def same_layout(env: ShapeEnv, value: torch.Tensor, expected: TensorMeta) -> bool:
+def same_layout(env: SymbolEnv, value: torch.Tensor, expected: TensorMeta) -> bool:
     """True when ``value`` has ``expected``'s strides wherever they matter (dims of size 1 never do)."""
     if all(isinstance(s, int) for s in value.shape) and value.numel() <= 1:
         return True
     return all(_is_one(env, size) or same_size(env, a, b) for size, a, b in zip(value.shape, value.stride(), expected.stride))
 
 
-def dense(env: ShapeEnv, meta: TensorMeta) -> bool:
+def dense(env: SymbolEnv, meta: TensorMeta) -> bool:
     """True when ``meta``'s layout is non-overlapping and dense (a permuted contiguous layout).
 
     Dims are ordered by their strides at the hints; the strides must then be the running
@@ -63,7 +63,7 @@ def dense(env: ShapeEnv, meta: TensorMeta) -> bool:
     return True
 
 
-def contiguous(env: ShapeEnv, meta: TensorMeta) -> bool:
+def contiguous(env: SymbolEnv, meta: TensorMeta) -> bool:
     """True when ``meta`` is row-major contiguous at every admitted size (size-1 dims ignored)."""
     running: SymSize = 1
     for size, stride in reversed(list(zip(meta.shape, meta.stride))):

@@ -1,4 +1,4 @@
-"""Symbolic sizes during one compile: the graph's ShapeEnv, hints, and the decisions made on sizes.
+"""Symbolic sizes during one compile: the graph's SymbolEnv, hints, and the decisions made on sizes.
 
 A size is a Python int or a sympy expression over the graph's size symbols (``s0, s1 ...``,
 from ``ptc_spec.shape_env_of``). The compiled code runs at every size the graph's guards

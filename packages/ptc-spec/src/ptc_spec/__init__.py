@@ -18,7 +18,7 @@ from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_meta, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, dumps, load, loads, roundtrip, save
-from .shapes import SHAPE_ENV_KEY, ShapeEnv, record_shape_env, shape_env_of, symbol_values
+from .shapes import SHAPE_ENV_KEY, SymbolEnv, record_shape_env, shape_env_of, symbol_values
 from .sym_exprs import Term, integer_valued, term_source, term_value, to_term
 from .symnode import SymNode, expr_of, symbolic
 from .targets import allow_target, is_allowed_target, target_name
@@ -54,7 +54,7 @@ __all__ = [
     "PtcSpecError",
     "SHAPE_ENV_KEY",
     "SerializationError",
-    "ShapeEnv",
+    "SymbolEnv",
     "SymNode",
     "SymSize",
     "TensorMeta",

@@ -13,7 +13,7 @@ from .errors import DialectError
 from .fallback import fallback_problem, mark_fallback
 from .meta import TensorMeta
 from .opset import opset, overload_name
-from .shapes import ShapeEnv
+from .shapes import SymbolEnv
 from .targets import is_allowed_target
 from .tracer import TracedTensor, Tracer, finish
 
@@ -28,8 +28,8 @@ class GraphBuilder:
     >>> gm = b.build()
     """
 
-    def __init__(self, dialect: str = "core/1", shape_env: ShapeEnv | None = None) -> None:
-        """``shape_env``: the ShapeEnv of inputs with symbolic sizes (see ``dynamic_meta``)."""
+    def __init__(self, dialect: str = "core/1", shape_env: SymbolEnv | None = None) -> None:
+        """``shape_env``: the SymbolEnv of inputs with symbolic sizes (see ``dynamic_meta``)."""
         _validate_name(dialect)
         if dialect == "torch":
             raise DialectError("GraphBuilder builds aten or core/N graphs; capture torch-dialect graphs with ptc_capture")

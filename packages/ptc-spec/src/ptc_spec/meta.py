@@ -12,7 +12,7 @@ import sympy
 import torch
 
 if TYPE_CHECKING:
-    from .shapes import ShapeEnv
+    from .shapes import SymbolEnv
 
 SymSize: TypeAlias = int | sympy.Expr
 """A size, stride or offset: a plain int, or a sympy expression over size symbols."""
@@ -171,7 +171,7 @@ class TensorMeta:
         """Return a copy with some fields changed."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
-    def to_meta_tensor(self, hints: Hints | None = None, *, env: ShapeEnv | None = None) -> torch.Tensor:
+    def to_meta_tensor(self, hints: Hints | None = None, *, env: SymbolEnv | None = None) -> torch.Tensor:
         """Return an empty meta-device tensor with exactly this layout.
 
         Symbolic sizes take their values from ``hints``; with ``env`` instead, they stay
@@ -191,13 +191,13 @@ class TensorMeta:
             t = base.as_strided(t.shape, t.stride(), offset)
         return t.requires_grad_(self.requires_grad) if self.dtype.is_floating_point or self.dtype.is_complex else t
 
-    def _symbolic_meta_tensor(self, env: ShapeEnv) -> torch.Tensor:
+    def _symbolic_meta_tensor(self, env: SymbolEnv) -> torch.Tensor:
         # symnode imports this module (through shapes), so it is imported where it is used.
         from .symnode import symbolic
 
         unknown = sorted(s.name for s in self.symbols if s not in env.hints and s not in env.replacements)
         if unknown:
-            raise ValueError(f"sizes {', '.join(unknown)} are not symbols of this ShapeEnv: make them with dynamic_meta or env.create_symbol")
+            raise ValueError(f"sizes {', '.join(unknown)} are not symbols of this SymbolEnv: make them with dynamic_meta or env.create_symbol")
         shape = [symbolic(s, env) for s in self.shape]
         stride = [symbolic(s, env) for s in self.stride]
         offset = symbolic(self.storage_offset, env)
@@ -260,7 +260,7 @@ def _dense_order(shape: tuple[int, ...], stride: tuple[int, ...]) -> list[int] |
     return order
 
 
-def dynamic_meta(meta: TensorMeta, dims: Iterable[int], env: ShapeEnv) -> TensorMeta:
+def dynamic_meta(meta: TensorMeta, dims: Iterable[int], env: SymbolEnv) -> TensorMeta:
     """``meta`` with a fresh symbol of ``env`` for each dim in ``dims`` (its size is the hint).
 
     Dims of size 0 or 1 stay static (eager kernels branch on them). Strides become the

@@ -1,9 +1,9 @@
-"""ShapeEnv: the symbolic sizes of one trace, and the guards that make the trace valid.
+"""SymbolEnv: the symbolic sizes of one trace, and the guards that make the trace valid.
 
 Dynamic sizes are sympy symbols (``s0``, ``s1`` ...) created from an example value, the
 symbol's *hint*. Tracing runs meta kernels over them; whenever a kernel or the traced code
 must *decide* something about a size (``if x.shape[0] > 3``, is this dim 1 and broadcast?),
-the ShapeEnv answers with the hint's answer and records the condition that held as a
+the SymbolEnv answers with the hint's answer and records the condition that held as a
 *guard*. A graph traced this way is valid for exactly the sizes that satisfy its guards.
 
 Conditions that the symbols' value ranges already prove are answered without a guard:
@@ -32,7 +32,7 @@ from .sym_exprs import integer_valued, term_source, to_term
 from .value_ranges import INF, ValueRange, decide
 
 SHAPE_ENV_KEY = "ptc_shape_env"
-"""Key of ``GraphModule.meta`` holding a graph's symbols and guards (see :meth:`ShapeEnv.state`)."""
+"""Key of ``GraphModule.meta`` holding a graph's symbols and guards (see :meth:`SymbolEnv.state`)."""
 
 Value = int | float | bool
 
@@ -48,7 +48,7 @@ def _python_value(value: sympy.Basic | Value) -> Value:
     return float(value)
 
 
-class ShapeEnv:
+class SymbolEnv:
     """The one mutable object of a trace's symbolic sizes: symbols, hints, ranges, guards."""
 
     def __init__(self) -> None:
@@ -93,7 +93,7 @@ class ShapeEnv:
     def _fresh_name(self, name: str | None, prefix: str) -> str:
         if name is not None:
             if not name.isidentifier() or name in self._by_name:
-                raise ValueError(f"symbol name {name!r} is not an identifier or is already used in this ShapeEnv")
+                raise ValueError(f"symbol name {name!r} is not an identifier or is already used in this SymbolEnv")
             return name
         return next(f"{prefix}{i}" for i in itertools.count() if f"{prefix}{i}" not in self._by_name)
 
@@ -316,7 +316,7 @@ class ShapeEnv:
         names = ", ".join(sorted(s.name for s in missing))
         unknown = [s.name for s in missing if s not in self._ranges]
         if unknown:
-            raise KeyError(f"{expr} mentions {', '.join(sorted(unknown))}, which this ShapeEnv did not create")
+            raise KeyError(f"{expr} mentions {', '.join(sorted(unknown))}, which this SymbolEnv did not create")
         raise UnbackedSizeError(
             f"tracing needs to know {expr}, but {names} is a data-dependent size with no example value;"
             " state what holds with torch._check, or keep this computation outside the traced function"
@@ -482,7 +482,7 @@ class ShapeEnv:
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> ShapeEnv:
+    def from_state(cls, state: Mapping[str, Any]) -> SymbolEnv:
         """Rebuild the environment that :meth:`state` described."""
         env = cls()
         for sym, hint, lower, upper in state["symbols"]:
@@ -531,7 +531,7 @@ def _floor_to_mod(diff: sympy.Basic) -> sympy.Basic:
     """``diff`` with ``floor(x/n)`` written as ``(x - Mod(x, n))/n`` where that is simpler.
 
     A view's numel check reads ``s0*s1 == 2*s0*floor(s1/2)``; rewritten it is
-    ``s0*Mod(s1, 2) == 0``, which the ShapeEnv reduces to the divisibility ``Mod(s1, 2) == 0``.
+    ``s0*Mod(s1, 2) == 0``, which the SymbolEnv reduces to the divisibility ``Mod(s1, 2) == 0``.
     """
     for f in diff.atoms(sympy.floor):
         num, den = sympy.fraction(sympy.together(f.args[0]))
@@ -580,12 +580,12 @@ def symbol_values(metas: Sequence[TensorMeta], tensors: Sequence[torch.Tensor]) 
     return values
 
 
-def record_shape_env(gm: Any, env: ShapeEnv) -> None:
+def record_shape_env(gm: Any, env: SymbolEnv) -> None:
     """Store ``env``'s state in ``gm.meta`` (it travels with graph files)."""
     gm.meta[SHAPE_ENV_KEY] = env.state()
 
 
-def shape_env_of(gm: Any) -> ShapeEnv | None:
-    """The ShapeEnv recorded on a graph by the tracer, or None for a graph of static sizes."""
+def shape_env_of(gm: Any) -> SymbolEnv | None:
+    """The SymbolEnv recorded on a graph by the tracer, or None for a graph of static sizes."""
     state = getattr(gm, "meta", {}).get(SHAPE_ENV_KEY)
-    return None if state is None else ShapeEnv.from_state(state)
+    return None if state is None else SymbolEnv.from_state(state)

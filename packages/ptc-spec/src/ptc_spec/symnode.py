@@ -3,14 +3,13 @@
 A ``torch.SymInt(node)`` delegates everything to ``node`` by method name, from C++ (the
 dispatcher and the C++ meta kernels: ``add``, ``guard_bool``, ``is_contiguous``...) and from
 Python (the arithmetic dunders torch installs on SymInt call ``node.add(other_node)``;
-``torch.fx.experimental.symbolic_shapes`` helpers that Python meta kernels use read
-``node.expr`` and ``node._hint``). Each method here is one of those names. A node holds a
-sympy expression (simplified by its ShapeEnv), the ShapeEnv, and its Python type; every
-decision (``guard_*``, ``bool_``, ``int_``) goes to the ShapeEnv, which records a guard.
+torch's size helpers that Python meta kernels use read ``node.expr`` and ``node._hint``). Each method here is one of those names. A node holds a
+sympy expression (simplified by its SymbolEnv), the SymbolEnv, and its Python type; every
+decision (``guard_*``, ``bool_``, ``int_``) goes to the SymbolEnv, which records a guard.
 
 This class deliberately has no ``shape_env`` attribute: torch's Python helpers then treat it
 as a foreign SymNode and call its ``guard_*`` methods instead of reaching into torch's own
-ShapeEnv internals.
+shape-environment internals.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Any
 import sympy
 import torch
 
-from .shapes import ShapeEnv, short_binary_fraction
+from .shapes import SymbolEnv, short_binary_fraction
 
 PyType = type[int] | type[float] | type[bool]
 
@@ -60,11 +59,11 @@ def _promoted(a: SymNode, b: SymNode) -> PyType:
 
 
 class SymNode:
-    """A symbolic int, float or bool: a sympy expression over the sizes of one ShapeEnv."""
+    """A symbolic int, float or bool: a sympy expression over the sizes of one SymbolEnv."""
 
     __slots__ = ("env", "expr", "pytype")
 
-    def __init__(self, expr: sympy.Basic | int | float | bool, env: ShapeEnv, pytype: PyType) -> None:
+    def __init__(self, expr: sympy.Basic | int | float | bool, env: SymbolEnv, pytype: PyType) -> None:
         self.env = env
         self.expr: sympy.Basic = env.simplify(sympy.sympify(expr))
         self.pytype = pytype
@@ -345,12 +344,12 @@ def _expr(value: Any) -> sympy.Basic:
 class _Layout:
     """Eager's layout predicates over symbolic sizes and strides.
 
-    Each comparison is decided by the ShapeEnv: mostly statically (dynamic sizes are >= 2),
+    Each comparison is decided by the SymbolEnv: mostly statically (dynamic sizes are >= 2),
     else guarded at the hints; comparisons on data-dependent sizes take the answer that can
     only make the predicate False, as eager's symbolic path does.
     """
 
-    def __init__(self, env: ShapeEnv, sizes: Sequence[Any], strides: Sequence[Any]) -> None:
+    def __init__(self, env: SymbolEnv, sizes: Sequence[Any], strides: Sequence[Any]) -> None:
         self.env = env
         self.sizes = [_expr(s) for s in sizes]
         self.strides = [_expr(s) for s in strides]
@@ -403,7 +402,7 @@ class _Layout:
 
 
 class _StrideKey:
-    """Sort key comparing two dims' strides through the ShapeEnv."""
+    """Sort key comparing two dims' strides through the SymbolEnv."""
 
     __slots__ = ("dim", "layout")
 
@@ -433,7 +432,7 @@ def expr_of(value: Any) -> sympy.Basic:
     raise TypeError(f"expected a number or a symbolic number, got {type(value).__name__}")
 
 
-def symbolic(expr: sympy.Basic | int | float | bool, env: ShapeEnv, pytype: PyType = int) -> Any:
+def symbolic(expr: sympy.Basic | int | float | bool, env: SymbolEnv, pytype: PyType = int) -> Any:
     """A ``torch.SymInt`` (SymFloat, SymBool for ``pytype``) over ``expr``, or a plain Python value when it is constant."""
     node = SymNode(expr, env, pytype)
     if node.is_constant():

@@ -7,8 +7,8 @@ the output's TensorMeta, and wraps the results. Autograd runs above the dispatch
 backward pass traced inside ``fn`` is recorded too (ptc-aot builds joint graphs this way).
 
 Symbolic sizes: inputs made with ``dynamic_meta`` have ``torch.SymInt`` sizes over the
-tracer's ShapeEnv, so every size computed from them (by meta kernels or by the traced
-Python code) is symbolic, and every decision on one is a guard of the ShapeEnv. A size that
+tracer's SymbolEnv, so every size computed from them (by meta kernels or by the traced
+Python code) is symbolic, and every decision on one is a guard of the SymbolEnv. A size that
 becomes an op argument (``x.view(x.shape[0] * 2, -1)``) is recorded as ``aten.sym_size.int``
 of an input plus ``operator`` arithmetic, so the graph recomputes it for any input sizes.
 """
@@ -32,7 +32,7 @@ from .dialects import check, set_dialect
 from .errors import DataDependentError, TraceError
 from .meta import META_KEY, TensorMeta
 from .opset import overload_name
-from .shapes import ShapeEnv, record_shape_env
+from .shapes import SymbolEnv, record_shape_env
 from .sym_exprs import Op, Term, UnsupportedExpression, term_value, to_term
 from .symnode import expr_of
 
@@ -143,12 +143,12 @@ def _device_argument(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs:
 
 class Tracer:
     """Mutable state of one trace: the graph being built, the constants it captured, and its
-    ShapeEnv (the symbols of symbolic input sizes and the guards the trace decided)."""
+    SymbolEnv (the symbols of symbolic input sizes and the guards the trace decided)."""
 
-    def __init__(self, shape_env: ShapeEnv | None = None) -> None:
+    def __init__(self, shape_env: SymbolEnv | None = None) -> None:
         self.graph = torch.fx.Graph()
         self.constants: dict[str, torch.Tensor] = {}
-        self.shape_env = shape_env if shape_env is not None else ShapeEnv()
+        self.shape_env = shape_env if shape_env is not None else SymbolEnv()
         self._constant_nodes: dict[int, tuple[torch.Tensor, TracedTensor]] = {}
         # Where the graph reads each size symbol: (placeholder, dim) of the first input with it.
         self._size_sources: dict[sympy.Symbol, tuple[torch.fx.Node, int]] = {}
@@ -161,7 +161,7 @@ class Tracer:
         unknown = sorted(s.name for s in meta.symbols if s not in env.hints)
         if unknown:
             raise TraceError(
-                f"input {name} has symbolic sizes {meta.shape}, but the tracer's ShapeEnv has no symbol {', '.join(unknown)};"
+                f"input {name} has symbolic sizes {meta.shape}, but the tracer's SymbolEnv has no symbol {', '.join(unknown)};"
                 " make the input with ptc_spec.dynamic_meta(meta, dims, env) and trace with shape_env=env"
             )
         if meta.requires_grad and not _runs_autograd(meta.device):
@@ -397,11 +397,11 @@ def trace(
     *inputs: Any,
     kwargs: Mapping[str, Any] | None = None,
     dialect: str = "aten",
-    shape_env: ShapeEnv | None = None,
+    shape_env: SymbolEnv | None = None,
 ) -> torch.fx.GraphModule:
     """Trace ``fn`` over meta tensors into a GraphModule of ATen calls (``dialect`` is checked).
 
-    Inputs with symbolic sizes need the ShapeEnv their symbols belong to (``shape_env``); the
+    Inputs with symbolic sizes need the SymbolEnv their symbols belong to (``shape_env``); the
     graph then records that environment's symbols and guards (``shape_env_of(gm)``).
     """
     tracer = Tracer(shape_env)
@@ -414,7 +414,7 @@ def trace(
     return finish(tracer, result, dialect)
 
 
-def symbolic_dispatch(shape_env: ShapeEnv) -> contextlib.AbstractContextManager[Any]:
+def symbolic_dispatch(shape_env: SymbolEnv) -> contextlib.AbstractContextManager[Any]:
     """The context to run torch ops on tensors with sizes of ``shape_env`` in: torch's Python
     dispatcher when it has symbols, else nothing.
 

@@ -1,6 +1,6 @@
 """Value ranges of size symbols, and the bounds they imply for sympy expressions.
 
-A ShapeEnv decides a comparison without a guard when the ranges of its symbols already prove
+A SymbolEnv decides a comparison without a guard when the ranges of its symbols already prove
 it: a dynamic input size lies in ``[2, inf)``, so ``Eq(s0, 1)`` is false and ``s0*s1 >= s1``
 is true for any input. Bounds are computed by interval arithmetic over the expression tree;
 they are sound (the true value always lies inside) but not tight, which is all a decision
@@ -100,7 +100,7 @@ def _number(expr: sympy.Basic) -> Bound:
 
 
 def _symbol_default(sym: sympy.Symbol) -> ValueRange:
-    # A symbol the ShapeEnv does not know is bounded only by its sympy assumptions.
+    # A symbol the SymbolEnv does not know is bounded only by its sympy assumptions.
     if sym.is_positive:
         return ValueRange(1, INF)
     if sym.is_nonnegative:

@@ -69,7 +69,7 @@ def compile(
 
 
 def mark_dynamic(tensor: Any, dim: int | list[int], *, min: int | None = None, max: int | None = None) -> None:
-    """Make ``dim`` of ``tensor`` symbolic in the next compile that reads it (as torch._dynamo.mark_dynamic)."""
+    """Make ``dim`` of ``tensor`` symbolic in the next compile that reads it (as torch.compile's mark_dynamic)."""
     _capture().mark_dynamic(tensor, dim, min=min, max=max)
 
 

@@ -74,7 +74,7 @@ def compile_core(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], option
 
 
 class _Decided:
-    """A compiled graph that carries the ShapeEnv its compile decided on, for ptc-aot to guard."""
+    """A compiled graph that carries the SymbolEnv its compile decided on, for ptc-aot to guard."""
 
     __slots__ = ("compiled", "meta")
 
@@ -87,7 +87,7 @@ class _Decided:
 
 
 def _with_decisions(compiled: Compiled, gm: torch.fx.GraphModule, core: torch.fx.GraphModule) -> Compiled:
-    # A decomposition that decided on a size recorded the guard in the core graph's ShapeEnv;
+    # A decomposition that decided on a size recorded the guard in the core graph's SymbolEnv;
     # ptc-aot checks a program's guards before each call, so it must see that one too.
     before, after = ptc_spec.shape_env_of(gm), ptc_spec.shape_env_of(core)
     if after is None or (before is not None and set(after.guards) <= set(before.guards)):

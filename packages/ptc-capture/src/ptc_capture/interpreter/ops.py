@@ -52,7 +52,7 @@ def has_sym(var: Var) -> bool:
 
 
 def _fold_symbolic(fn: Callable[..., Any], values: tuple[Var, ...]) -> Var | None:
-    # Python arithmetic and comparisons on SymInts are symbolic (the ShapeEnv simplifies them);
+    # Python arithmetic and comparisons on SymInts are symbolic (the SymbolEnv simplifies them);
     # an operation they do not support falls back to the specialized values (None).
     try:
         args = [python_value(v) for v in values]

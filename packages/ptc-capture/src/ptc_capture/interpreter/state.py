@@ -112,7 +112,7 @@ class CaptureState:
             constrain(self.graph.shape_env, mark, size)
             self.marks.append((mark, size))
         # Dynamic dims are guarded through their symbols (read from these dims, checked by the
-        # ShapeEnv's guards at the end of the guard function), static dims by value.
+        # SymbolEnv's guards at the end of the guard function), static dims by value.
         expected = (ty, tensor.dtype, tensor.device, var.meta.shape, var.meta.stride, tensor.requires_grad)
         self.guards.add(Guard("tensor", source, expected))
         self.tensors[id(tensor)] = var

@@ -86,7 +86,7 @@ def truth(var: Var, frame: Frame | None = None) -> bool:
     if kind == "tensor":
         raise Unsupported("data-dependent control flow: the truth value of a tensor decides a branch")
     if kind == "sym":
-        # A branch on a size: decided at the example sizes, guarded by the ShapeEnv.
+        # A branch on a size: decided at the example sizes, guarded by the SymbolEnv.
         value = var.value
         return bool(value if isinstance(value, torch.SymBool) else value != 0)
     if kind == "tuple":

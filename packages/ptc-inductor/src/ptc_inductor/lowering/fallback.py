@@ -84,7 +84,7 @@ def _as_meta(ctx: LoweringContext, a: Any) -> Any:
     if isinstance(a, BufferArg):
         dtype = ctx.buffers[a.buffer].layout.dtype
         if env.dynamic:
-            # Symbolic sizes stay symbolic (SymInts over the graph's ShapeEnv): the strides read
+            # Symbolic sizes stay symbolic (SymInts over the graph's SymbolEnv): the strides read
             # back hold at every size.
             return TensorMeta(a.size, a.stride, dtype, torch.device("meta")).to_meta_tensor(env=env.shape_env)
         return torch.empty_strided(a.size, a.stride, dtype=dtype, device="meta")
