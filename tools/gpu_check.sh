@@ -7,6 +7,7 @@
 #   bash tools/gpu_check.sh triton WORKLOAD [--compile] [--kernels]   # tools/profile_triton.py
 #   bash tools/gpu_check.sh e2e [WORKLOADS]   # ptc.demo, then tools/bench.py on those workloads
 #   bash tools/gpu_check.sh profile WORKLOAD [IMPLS]   # tools/profile_gpu.py's kernel tables
+#   bash tools/gpu_check.sh compile   # cold-compile stage tables (tools/profile_compile.py; WORKLOADS=name:dynamic ...)
 #   bash tools/gpu_check.sh dynamic   # dynamic shapes: capture suite, ptc's dynamic tests on cuda,
 #                                     # tools/bench_dynamic.py --device cuda --kernels
 #   bash tools/gpu_check.sh correctness [SECONDS]   # real models x precisions, the OpInfo sweep beside
@@ -34,6 +35,15 @@ python3 -m ptc_capture.build_ext 2>&1 | tail -1
 if [ "$what" = profile ]; then
   python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
   exit "${PIPESTATUS[0]}"
+fi
+
+if [ "$what" = compile ]; then
+  # Cold-compile stage tables (tools/profile_compile.py) for the WORKLOADS (default: the dynamic
+  # sweep's GPT-2 under dynamic=True and False), one fresh process each.
+  for spec in ${WORKLOADS:-dynamic-gpt:true dynamic-gpt:false}; do
+    python3 tools/profile_compile.py "${spec%%:*}" --dynamic "${spec##*:}" --device cuda 2>&1 | tee -a "$OUT/profile-compile.log" | tail -17
+  done
+  exit 0
 fi
 
 if [ "$what" = dynamic ]; then

@@ -61,7 +61,13 @@ class SymbolEnv:
         self._rewrites: dict[sympy.Basic, sympy.Basic] = {}
         self._guards: dict[sympy.Basic, None] = {}
         self._asserts: dict[sympy.Basic, None] = {}
+        # Memos of pure functions of the facts above (replacements, rewrites, ranges, guards):
+        # tracing asks the same questions thousands of times (every broadcast and contiguity
+        # check of every op), and building and deciding sympy relations dominates a symbolic
+        # compile without them. _forget() empties them whenever a fact changes.
         self._simplified: dict[sympy.Basic, sympy.Basic] = {}
+        self._built: dict[tuple[Any, ...], sympy.Basic] = {}
+        self._known: dict[tuple[sympy.Basic, bool], bool | None] = {}
         self._check: Callable[[Mapping[str, int]], bool] | None = None
 
     # -- symbols ---------------------------------------------------------------------------
@@ -150,6 +156,21 @@ class SymbolEnv:
             out = self._canonical(out)
         self._simplified[expr] = out
         return out
+
+    def built(self, key: tuple[Any, ...], build: Callable[[], sympy.Basic]) -> sympy.Basic:
+        """``simplify(build())``, memoized under ``key`` (an operation and its operand expressions)
+        until the facts change: the same size arithmetic then costs one dict lookup."""
+        found = self._built.get(key)
+        if found is None:
+            found = self.simplify(build())
+            self._built[key] = found
+        return found
+
+    def _forget(self) -> None:
+        """Drop every memo: a new replacement, rewrite or range can change any answer."""
+        self._simplified.clear()
+        self._built.clear()
+        self._known.clear()
 
     def _canonical(self, expr: sympy.Basic) -> sympy.Basic:
         """Expanded sums of products, so equal sizes built differently compare equal, with
@@ -253,14 +274,21 @@ class SymbolEnv:
         ``size_oblivious`` also assumes that data-dependent sizes are not 0 or 1.
         """
         cond = self.simplify(cond)
+        key = (cond, size_oblivious)
+        if key in self._known:
+            return self._known[key]
+        known: bool | None
         if cond in self._guards or cond in self._asserts:
-            return True
-        if cond.is_Relational and _negate(cond) in self._guards:
-            return False
-        ranges: Mapping[sympy.Symbol, ValueRange] = self._ranges
-        if size_oblivious:
-            ranges = {s: (r if s in self._hints else r.intersect(ValueRange(2, INF))) for s, r in self._ranges.items()}
-        return decide(cond, ranges)
+            known = True
+        elif cond.is_Relational and _negate(cond) in self._guards:
+            known = False
+        else:
+            ranges: Mapping[sympy.Symbol, ValueRange] = self._ranges
+            if size_oblivious:
+                ranges = {s: (r if s in self._hints else r.intersect(ValueRange(2, INF))) for s, r in self._ranges.items()}
+            known = decide(cond, ranges)
+        self._known[key] = known
+        return known
 
     # -- decisions (each records a guard) --------------------------------------------------
     def guard_bool(self, cond: sympy.Basic) -> bool:
@@ -309,6 +337,7 @@ class SymbolEnv:
             return self.guard_bool(cond)
         if cond not in self._asserts:
             self._asserts[cond] = None
+            self._known.clear()
             self._learn(cond)
         return True
 
@@ -333,6 +362,7 @@ class SymbolEnv:
         if guard is sympy.false:
             raise AssertionError("a guard that can never hold was recorded")
         self._guards[guard] = None
+        self._known.clear()
         self._check = None
         self._learn(guard)
         if isinstance(guard, sympy.Eq):
@@ -395,12 +425,12 @@ class SymbolEnv:
         else:
             return
         self._ranges[sym] = self._ranges[sym].intersect(ValueRange(lower, upper))
-        self._simplified.clear()
+        self._forget()
 
     def _divisible(self, value: sympy.Basic, divisor: sympy.Basic) -> None:
         self._rewrites[sympy.Mod(value, divisor)] = sympy.Integer(0)
         self._rewrites[sympy.floor(value / divisor)] = value / divisor
-        self._simplified.clear()
+        self._forget()
 
     def _substitute(self, diff: sympy.Basic) -> None:
         # Replace the data-dependent or most recent symbol that the equality solves for with
@@ -419,7 +449,7 @@ class SymbolEnv:
                 continue
             self._replacements = {k: v.xreplace({sym: value}) for k, v in self._replacements.items()}
             self._replacements[sym] = value
-            self._simplified.clear()
+            self._forget()
             # The replaced symbol's range now bounds its value (s1 -> s0 - 3 with s1 >= 2 says
             # s0 >= 5); without it, a size written s0 - 3 could not be proved >= 0 again.
             self._bound(value, self._ranges[sym])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -137,6 +138,16 @@ class SymNode:
     def _new(self, expr: sympy.Basic, pytype: PyType) -> SymNode:
         return SymNode(expr, self.env, pytype)
 
+    def _made(self, name: builtins.str, other: SymNode, build: Callable[[sympy.Basic, sympy.Basic], sympy.Basic], pytype: PyType) -> SymNode:
+        """The node of ``build(self.expr, other.expr)``, simplified once per operation and operands
+        (torch's meta kernels repeat the same size arithmetic for every op they trace)."""
+        a, b = self.expr, other.expr
+        node = object.__new__(SymNode)
+        node.env = self.env
+        node.expr = self.env.built((name, a, b), lambda: build(a, b))
+        node.pytype = pytype
+        return node
+
     def wrap_int(self, num: int) -> SymNode:
         return self._new(sympy.Integer(num), int)
 
@@ -148,25 +159,25 @@ class SymNode:
 
     # -- arithmetic ------------------------------------------------------------------------
     def add(self, other: SymNode) -> SymNode:
-        return self._new(self.expr + other.expr, _promoted(self, other))
+        return self._made("add", other, operator.add, _promoted(self, other))
 
     def sub(self, other: SymNode) -> SymNode:
-        return self._new(self.expr - other.expr, _promoted(self, other))
+        return self._made("sub", other, operator.sub, _promoted(self, other))
 
     def mul(self, other: SymNode) -> SymNode:
-        return self._new(self.expr * other.expr, _promoted(self, other))
+        return self._made("mul", other, operator.mul, _promoted(self, other))
 
     def mod(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Mod(self.expr, other.expr), _promoted(self, other))
+        return self._made("mod", other, sympy.Mod, _promoted(self, other))
 
     def truediv(self, other: SymNode) -> SymNode:
-        return self._new(self.expr / other.expr, float)
+        return self._made("truediv", other, operator.truediv, float)
 
     float_truediv = truediv
     int_truediv = truediv
 
     def floordiv(self, other: SymNode) -> SymNode:
-        return self._new(sympy.floor(self.expr / other.expr), _promoted(self, other))
+        return self._made("floordiv", other, lambda a, b: sympy.floor(a / b), _promoted(self, other))
 
     int_floordiv = floordiv
 
@@ -179,10 +190,10 @@ class SymNode:
         return self._new(self.expr**other.expr, float)
 
     def sym_min(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Min(self.expr, other.expr), _promoted(self, other))
+        return self._made("sym_min", other, sympy.Min, _promoted(self, other))
 
     def sym_max(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Max(self.expr, other.expr), _promoted(self, other))
+        return self._made("sym_max", other, sympy.Max, _promoted(self, other))
 
     def sym_sum(self, args: Sequence[SymNode]) -> SymNode:
         pytype: PyType = float if any(a.pytype is float for a in args) else int
@@ -246,28 +257,28 @@ class SymNode:
 
     # -- comparisons and logic -------------------------------------------------------------
     def eq(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Eq(self.expr, other.expr), bool)
+        return self._made("eq", other, sympy.Eq, bool)
 
     def ne(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Ne(self.expr, other.expr), bool)
+        return self._made("ne", other, sympy.Ne, bool)
 
     def lt(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Lt(self.expr, other.expr), bool)
+        return self._made("lt", other, sympy.Lt, bool)
 
     def le(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Le(self.expr, other.expr), bool)
+        return self._made("le", other, sympy.Le, bool)
 
     def gt(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Gt(self.expr, other.expr), bool)
+        return self._made("gt", other, sympy.Gt, bool)
 
     def ge(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Ge(self.expr, other.expr), bool)
+        return self._made("ge", other, sympy.Ge, bool)
 
     def sym_and(self, other: SymNode) -> SymNode:
-        return self._new(sympy.And(self.expr, other.expr), bool)
+        return self._made("sym_and", other, sympy.And, bool)
 
     def sym_or(self, other: SymNode) -> SymNode:
-        return self._new(sympy.Or(self.expr, other.expr), bool)
+        return self._made("sym_or", other, sympy.Or, bool)
 
     def sym_not(self) -> SymNode:
         return self._new(sympy.Not(self.expr), bool)
@@ -354,48 +365,49 @@ class _Layout:
         self.sizes = [_expr(s) for s in sizes]
         self.strides = [_expr(s) for s in strides]
 
-    def _is(self, cond: sympy.Basic, default: bool) -> bool:
-        return self.env.guard_or(cond, default)
+    def _is(self, kind: type, a: sympy.Basic, b: sympy.Basic, default: bool) -> bool:
+        # The relation is built (and simplified) once per operands, not on every layout query.
+        return self.env.guard_or(self.env.built((kind, a, b), lambda: kind(a, b)), default)
 
     def contiguous(self, order: Sequence[int], empty_ok: bool = False) -> bool:
-        if empty_ok and any(self._is(sympy.Eq(s, 0), False) for s in self.sizes):
+        if empty_ok and any(self._is(sympy.Eq, s, 0, False) for s in self.sizes):
             return True
         expected: sympy.Basic = sympy.Integer(1)
         for d in order:
-            if self._is(sympy.Eq(self.sizes[d], 1), False):
+            if self._is(sympy.Eq, self.sizes[d], 1, False):
                 continue
-            if not self._is(sympy.Eq(self.strides[d], expected), False):
+            if not self._is(sympy.Eq, self.strides[d], expected, False):
                 return False
             expected = expected * self.sizes[d]
         return True
 
     def channels_last_strides(self, order: Sequence[int]) -> bool:
         smallest: sympy.Basic = sympy.Integer(0)
-        if self._is(sympy.Eq(self.strides[1], 0), True):
+        if self._is(sympy.Eq, self.strides[1], 0, True):
             return False
         for d in order:
-            if self._is(sympy.Eq(self.sizes[d], 0), True):
+            if self._is(sympy.Eq, self.sizes[d], 0, True):
                 return False
-            if self._is(sympy.Lt(self.strides[d], smallest), True):
+            if self._is(sympy.Lt, self.strides[d], smallest, True):
                 return False
             # Ambiguous layouts (e.g. N=1 with equal strides) count as contiguous, not channels last.
-            if d == 0 and self._is(sympy.Eq(smallest, self.strides[1]), True):
+            if d == 0 and self._is(sympy.Eq, smallest, self.strides[1], True):
                 return False
             smallest = self.strides[d]
-            if self._is(sympy.Gt(self.sizes[d], 1), False):
+            if self._is(sympy.Gt, self.sizes[d], 1, False):
                 smallest = smallest * self.sizes[d]
         return True
 
     def non_overlapping_and_dense(self) -> bool:
         if len(self.sizes) == 1:
-            return self._is(sympy.Lt(self.sizes[0], 2), False) or self._is(sympy.Eq(self.strides[0], 1), False)
-        small = [self._is(sympy.Lt(s, 2), False) for s in self.sizes]
+            return self._is(sympy.Lt, self.sizes[0], 2, False) or self._is(sympy.Eq, self.strides[0], 1, False)
+        small = [self._is(sympy.Lt, s, 2, False) for s in self.sizes]
         # Dims of size 0 or 1 go last; the rest by increasing stride (decided pairwise).
         order = [d for d in range(len(self.sizes)) if not small[d]]
         ranked = sorted(order, key=lambda d: _StrideKey(self, d))
         required: sympy.Basic = sympy.Integer(1)
         for d in ranked:
-            if not self._is(sympy.Eq(self.strides[d], required), False):
+            if not self._is(sympy.Eq, self.strides[d], required, False):
                 return False
             required = required * self.sizes[d]
         return True
@@ -411,7 +423,7 @@ class _StrideKey:
         self.dim = dim
 
     def __lt__(self, other: _StrideKey) -> bool:
-        return self.layout._is(sympy.Lt(self.layout.strides[self.dim], self.layout.strides[other.dim]), False)
+        return self.layout._is(sympy.Lt, self.layout.strides[self.dim], self.layout.strides[other.dim], False)
 
 
 def expr_of(value: Any) -> sympy.Basic:

@@ -32,6 +32,7 @@ from .dialects import check, set_dialect
 from .errors import DataDependentError, TraceError
 from .meta import META_KEY, TensorMeta
 from .opset import overload_name
+from .pointwise_meta import PointwiseMetaMode
 from .shapes import SymbolEnv, record_shape_env
 from .sym_exprs import Op, Term, UnsupportedExpression, term_value, to_term
 from .symnode import expr_of
@@ -424,7 +425,11 @@ def symbolic_dispatch(shape_env: SymbolEnv) -> contextlib.AbstractContextManager
     kernels and decompositions, written for SymInts, instead.
     """
     if shape_env.symbols:
-        return torch._C._EnablePythonDispatcher()
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch._C._EnablePythonDispatcher())
+        # Pointwise ops, most of a model's ops, skip the reference kernels (see pointwise_meta).
+        stack.enter_context(PointwiseMetaMode())
+        return stack
     return contextlib.nullcontext()
 
 

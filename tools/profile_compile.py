@@ -1,0 +1,173 @@
+"""Where one cold ptc compile spends its time: each pipeline stage's own seconds beside the nodes it handled.
+
+    python tools/profile_compile.py gpt2-infer [--dynamic true] [--device cuda]
+    python tools/profile_compile.py dynamic-gpt --dynamic true     # bench_dynamic.py's GPT-2
+
+The workload (a tools/bench.py workload, or ``dynamic-gpt``: the model tools/bench_dynamic.py
+sweeps) is built, then its first call is made through ``ptc.compile`` in this fresh process with
+empty compile caches, and every stage function is timed on the way. A stage's time excludes the
+stages nested in it (a C++ build inside the C++ backend counts once, as the build), so the rows
+add up to the first call; what no stage claims (torch's own one-time imports, the eager run of
+the compiled code, Python glue) is the "other" row. The timers wrap module attributes, so the
+numbers are for this tool only: nothing in the packages is changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tools"), *(str(p) for p in sorted(ROOT.glob("packages/*/src")))]
+
+# (stage name, module, attribute): what each stage runs. Attributes are patched where callers
+# look them up (the module that imported the name), so every call goes through the timer.
+STAGES = [
+    ("torch._dynamo import (torch's)", "", ""),
+    ("capture", "ptc_capture.capture", "capture_frame"),
+    ("boundary round-trips", "ptc.pipeline", "handoff"),
+    ("aot: trace", "ptc_aot.api", "trace_program"),
+    ("aot: functionalize", "ptc_aot.api", "functionalize"),
+    ("aot: partition", "ptc_aot.api", "partition"),
+    ("decompose", "ptc_decomp", "decompose"),
+    ("inductor: lower", "ptc_inductor.compiler", "lower_graph"),
+    ("inductor: schedule", "ptc_inductor.compiler", "schedule"),
+    ("inductor: plan memory", "ptc_inductor.compiler", "plan_memory"),
+    ("inductor: C++ codegen", "ptc_inductor.codegen.backend", "cpp_backend"),
+    ("inductor: C++ build (gcc)", "ptc_inductor.build", "_compile"),
+    ("inductor: Triton codegen", "ptc_inductor.codegen.backend", "triton_backend"),
+    ("inductor: Triton compile", "ptc_inductor.triton_runtime", "precompile"),
+    ("inductor: wrapper", "ptc_inductor.compiler", "generate_wrapper"),
+]
+
+
+class Timers:
+    """Exclusive time and call counts per stage (a nested stage's time is taken from its parent)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.nodes: dict[str, int] = defaultdict(int)
+        self._stack: list[list[float]] = []
+
+    def wrap(self, name: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            graph = next((a for a in args if hasattr(a, "graph") and hasattr(a.graph, "nodes")), None)
+            if graph is not None:
+                self.nodes[name] += len(graph.graph.nodes)
+            self._stack.append([0.0])
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                nested = self._stack.pop()[0]
+                self.seconds[name] += elapsed - nested
+                if self._stack:
+                    self._stack[-1][0] += elapsed
+
+        return timed
+
+
+def _time_dynamo_import(timers: Timers) -> None:
+    """Time torch's own lazy import of torch._dynamo (its meta kernels' wrappers import it on
+    first use; torch.compile pays it too) as a row of its own."""
+    import builtins
+
+    original = builtins.__import__
+    timed_import = timers.wrap("torch._dynamo import (torch's)", original)
+
+    def importer(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "torch._dynamo" and "torch._dynamo" not in sys.modules:
+            builtins.__import__ = original
+            return timed_import(name, *args, **kwargs)
+        return original(name, *args, **kwargs)
+
+    if "torch._dynamo" not in sys.modules:
+        builtins.__import__ = importer
+
+
+def _install(timers: Timers) -> None:
+    for name, module_name, attr in STAGES:
+        if not module_name:
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if hasattr(module, attr):
+            setattr(module, attr, timers.wrap(name, getattr(module, attr)))
+
+
+def _workload(name: str, device: Any) -> tuple[Any, tuple[Any, ...], bool]:
+    import torch
+
+    if name == "dynamic-gpt":
+        import bench_dynamic
+
+        model, logits = bench_dynamic._model(device)
+        ids = torch.randint(0, 2048, (2, 17), device=device)
+        return (lambda m: (lambda x: logits(m, x)))(model), (ids,), False
+    from bench import WORKLOADS
+
+    spec = WORKLOADS[name]
+    model, inputs = spec.build(device, device.type != "cuda")
+    return model, inputs, spec.train
+
+
+def main() -> None:
+    """Print the stage table of one cold compile."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload")
+    parser.add_argument("--dynamic", choices=["none", "true", "false"], default="none")
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args()
+    cache = tempfile.mkdtemp(prefix="ptc-profile-")
+    os.environ["PTC_CACHE_DIR"] = cache
+    os.environ["PTC_INDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+
+    import torch
+    from bench import _step
+
+    import ptc
+
+    timers = Timers()
+    _install(timers)
+    _time_dynamo_import(timers)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(0)
+    model, inputs, train = _workload(args.workload, device)
+    dynamic = {"none": None, "true": True, "false": False}[args.dynamic]
+    compiled = ptc.compile(model, dynamic=dynamic)
+    start = time.perf_counter()
+    _step(compiled, inputs, train)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    total = time.perf_counter() - start
+    print(f"{args.workload} on {device.type}, dynamic={args.dynamic}, train={train}: first call {total:.2f} s")
+    print(f"| {'stage':<28} | {'seconds':>8} | {'share':>6} | {'calls':>5} | {'nodes in':>8} |")
+    print(f"|{'-' * 30}|{'-' * 10}|{'-' * 8}|{'-' * 7}|{'-' * 10}|")
+    claimed = 0.0
+    for name, _, _ in STAGES:
+        if name not in timers.calls:
+            continue
+        seconds = timers.seconds[name]
+        claimed += seconds
+        print(f"| {name:<28} | {seconds:8.3f} | {seconds / total:6.1%} | {timers.calls[name]:5d} | {timers.nodes.get(name, 0):8d} |")
+    other = total - claimed
+    print(f"| {'other (imports, runs, glue)':<28} | {other:8.3f} | {other / total:6.1%} |       |          |")
+
+
+if __name__ == "__main__":
+    main()
