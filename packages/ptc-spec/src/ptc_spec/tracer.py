@@ -31,8 +31,8 @@ from .device_meta import run_meta
 from .dialects import check, set_dialect
 from .errors import DataDependentError, TraceError
 from .meta import META_KEY, TensorMeta
+from .meta_rules import MetaRulesMode
 from .opset import overload_name
-from .pointwise_meta import PointwiseMetaMode
 from .shapes import SymbolEnv, record_shape_env
 from .sym_exprs import Op, Term, UnsupportedExpression, term_value, to_term
 from .symnode import expr_of
@@ -427,8 +427,8 @@ def symbolic_dispatch(shape_env: SymbolEnv) -> contextlib.AbstractContextManager
     if shape_env.symbols:
         stack = contextlib.ExitStack()
         stack.enter_context(torch._C._EnablePythonDispatcher())
-        # Pointwise ops, most of a model's ops, skip the reference kernels (see pointwise_meta).
-        stack.enter_context(PointwiseMetaMode())
+        # Pointwise ops, norms, matmuls and views skip the reference kernels where a rule applies (see meta_rules).
+        stack.enter_context(MetaRulesMode())
         return stack
     return contextlib.nullcontext()
 

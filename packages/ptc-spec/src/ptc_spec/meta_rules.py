@@ -1,18 +1,20 @@
-"""Results of pointwise ops over symbolic meta tensors, without torch's Python reference kernels.
+"""Results of common ops over symbolic meta tensors, without torch's Python reference kernels.
 
-Under the Python dispatcher (``symbolic_dispatch``), a pointwise op on meta tensors with
-symbolic sizes runs torch's Python reference implementation: broadcasting, type promotion and
-the output layout computed through hundreds of SymInt operations, a few milliseconds per op.
-A symbolic compile of a transformer spends most of its meta time there.
+Under the Python dispatcher (``symbolic_dispatch``), an op on meta tensors with symbolic sizes
+runs torch's Python reference implementation: broadcasting, type promotion and the output
+layout computed through hundreds of SymInt operations, milliseconds per op. A symbolic compile
+of a transformer spent most of its meta time there.
 
-For the common case the answer is simpler. When every tensor operand is contiguous with the
-default strides of its shape, eager's result (TensorIterator's) is contiguous too, and its
-shape is the broadcast of the operands' shapes. Its dtype does not depend on sizes at all. So:
-the op runs once on plain meta tensors at the example sizes (the C++ meta kernel: microseconds),
-which gives the dtype and confirms the layout, and the result is an empty meta tensor with the
-symbolic broadcast shape and contiguous strides. Anything outside that case (other layouts, a
-broadcast that needs a guard, data-dependent sizes, in-place or multi-output ops) runs the
-reference kernel as before.
+For the common cases the answer is simpler. A pointwise op whose tensor operands are all
+contiguous with the default strides of their shapes gives (in eager, TensorIterator's rule) a
+contiguous result of the broadcast shape; layer norm, matmuls, sum/mean, embedding and view have
+shape rules just as short. A result's dtype never depends on sizes. So: the shapes come from the
+rule, which must need no guard (operand sizes that the kernel checks must be equal as
+expressions; otherwise the reference kernel decides, and records its guard); the op runs once
+on plain meta tensors at the example sizes (the C++ meta kernel: microseconds), which gives the
+dtypes and confirms the shapes and the contiguous layout; and the results are empty meta tensors
+of the symbolic shapes (a view's is a view of its operand). Anything outside these cases (other layouts, data-dependent sizes,
+in-place or multi-output pointwise ops) runs the reference kernel as before.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ _SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _NOT_HANDLED = object()
 
 
-class PointwiseMetaMode(TorchDispatchMode):
-    """Answers pointwise ops over default-contiguous symbolic meta tensors directly; passes the rest on."""
+class MetaRulesMode(TorchDispatchMode):
+    """Answers the ops of the rules below directly where they apply; passes every other call on."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
