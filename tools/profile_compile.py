@@ -15,9 +15,11 @@ numbers are for this tool only: nothing in the packages is changed.
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -133,6 +135,7 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     args = parser.parse_args()
     cache = tempfile.mkdtemp(prefix="ptc-profile-")
+    atexit.register(shutil.rmtree, cache, True)
     os.environ["PTC_CACHE_DIR"] = cache
     os.environ["PTC_INDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
