@@ -8,6 +8,7 @@ Markdown table.
     python tools/bench.py                       # every workload that fits this machine
     python tools/bench.py --workloads pointwise,gpt-mini-infer --impls eager,ptc
     python tools/bench.py --json out.json --markdown out.md
+    python tools/bench.py --workloads bert-infer --dtype bfloat16   # the model cast to bf16
 
 Workloads that need a package this machine lacks (transformers, timm) are reported as skipped.
 """
@@ -222,13 +223,28 @@ def _max_rel_error(actual: Any, expected: Any) -> float:
     return float((a - e).norm() / e.norm().clamp_min(1e-12))
 
 
-def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bool) -> dict[str, Any]:
+def _in_dtype(model: Any, inputs: tuple[Any, ...], dtype_name: str) -> tuple[Any, ...]:
+    """Cast the model (a module, or a step function closing over one) and its floating inputs to
+    ``dtype_name``, as a user runs a model in bf16 (``model.to(torch.bfloat16)``)."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    cells = [c.cell_contents for c in (getattr(model, "__closure__", None) or ())]
+    for owner in [model, *cells]:
+        if isinstance(owner, torch.nn.Module):
+            owner.to(dtype)
+    return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
+
+
+def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bool, dtype: str = "default") -> dict[str, Any]:
     """Measure one implementation of one workload; return its numbers."""
     import torch
 
     device = torch.device(device_name)
     spec = WORKLOADS[workload]
     model, inputs = spec.build(device, small)
+    if dtype != "default":
+        inputs = _in_dtype(model, inputs, dtype)
     reference = _step(model, inputs, spec.train)
     if isinstance(model, torch.nn.Module):
         model.zero_grad(set_to_none=True)
@@ -286,7 +302,7 @@ def _unavailable(workload: Workload) -> str | None:
 
 
 def _run_one(workload: str, impl: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--worker", workload, impl, "--device", args.device, "--steps", str(args.steps)]
+    cmd = [sys.executable, __file__, "--worker", workload, impl, "--device", args.device, "--steps", str(args.steps), "--dtype", args.dtype]
     if args.small:
         cmd.append("--small")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -340,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="tiny sizes, for a quick check")
+    parser.add_argument("--dtype", default="default", choices=["default", "float32", "bfloat16", "float16"],
+                        help="cast each model and its floating inputs to this dtype (default: as the workload builds them)")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
@@ -350,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.worker:
-        print(json.dumps(run_worker(args.worker[0], args.worker[1], args.device, args.steps, args.small)))
+        print(json.dumps(run_worker(args.worker[0], args.worker[1], args.device, args.steps, args.small, args.dtype)))
         return 0
     results = []
     for name in args.workloads.split(","):

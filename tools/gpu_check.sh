@@ -33,7 +33,7 @@ status=0
 python3 -m ptc_capture.build_ext 2>&1 | tail -1
 
 if [ "$what" = profile ]; then
-  python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
+  python3 tools/profile_gpu.py "$2" --impls "${3:-eager,ptc}" --dtype "${DTYPE:-default}" 2>&1 | tee "$OUT/profile-$2.log" | grep -v "^-" | cut -c1-160
   exit "${PIPESTATUS[0]}"
 fi
 
@@ -114,7 +114,7 @@ if [ "$what" = e2e ]; then
   python3 -m ptc.demo 2>&1 | tail -15 || status=1
   workloads=${2:-pointwise,softmax,layernorm-residual,gpt-mini-infer,gpt-mini-train}
   tag=$(echo "$workloads" | tr ',' '-' | cut -c1-40)
-  python3 tools/bench.py --workloads "$workloads" --timeout "${BENCH_TIMEOUT:-150}" \
+  python3 tools/bench.py --workloads "$workloads" --timeout "${BENCH_TIMEOUT:-150}" --dtype "${DTYPE:-default}" \
     --json "$OUT/bench-$tag.json" --markdown "$OUT/bench-$tag.md" 2>&1 | tail -40 || status=1
   exit $status
 fi

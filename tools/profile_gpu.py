@@ -20,7 +20,7 @@ sys.path[:0] = [str(ROOT / "tools"), *(str(p) for p in sorted(ROOT.glob("package
 def main() -> None:
     """Profile each implementation of one workload for a few warm steps and print its kernel table."""
     import torch
-    from bench import WORKLOADS, _step  # the same workloads and step as the benchmark
+    from bench import WORKLOADS, _in_dtype, _step  # the same workloads, casts and step as the benchmark
     from torch.profiler import ProfilerActivity, profile
 
     parser = argparse.ArgumentParser()
@@ -28,12 +28,15 @@ def main() -> None:
     parser.add_argument("--impls", default="eager,ptc")
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--dtype", default="default", help="as tools/bench.py --dtype")
     parser.add_argument("--cprofile", action="store_true", help="also print the Python functions the ptc steps spend CPU time in")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     spec = WORKLOADS[args.workload]
     for impl in args.impls.split(","):
         model, inputs = spec.build(device, False)
+        if args.dtype != "default":
+            inputs = _in_dtype(model, inputs, args.dtype)
         if impl == "ptc":
             import ptc
 
