@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -99,3 +101,62 @@ def test_grad_mode_guard():
     assert check({}, {}, {}, ())
     with torch.no_grad():
         assert not check({}, {}, {}, ())
+
+
+class _Counting:
+    """An object whose attribute reads are counted (what a guard function costs per call)."""
+
+    def __init__(self, **values):
+        self.reads = 0
+        self._values = values
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "reads":
+            raise AttributeError(name)
+        self.reads += 1
+        return self._values[name]
+
+
+def test_guards_sharing_a_prefix_read_it_once():
+    inner = _Counting(a=1, b=2, c=3)
+    outer = _Counting(inner=inner)
+    guards = [Guard("const", X.attr("inner").attr(name), value) for name, value in (("a", 1), ("b", 2), ("c", 3))]
+    check = compile_guards(guards)
+    assert check({"x": outer}, {}, {}, ())
+    assert outer.reads == 1 and inner.reads == 3
+    inner._values["b"] = 5
+    assert not check({"x": outer}, {}, {}, ())
+
+
+def _f(a, b=None):
+    return a
+
+
+def _g(c, d=None):
+    return c
+
+
+@pytest.mark.parametrize("id_first", [True, False])
+def test_guards_below_an_identity_guarded_code_object_are_implied(id_first):
+    code = X.attr("__code__")
+    below = [Guard("type", code, type(_f.__code__)), Guard("const", code.attr("co_varnames").item(0), "a"),
+             Guard("len", code.attr("co_varnames"), (tuple, 2))]  # fmt: skip
+    same = Guard("id", code, _f.__code__)
+    check = compile_guards([same, *below] if id_first else [*below, same])
+    assert check({"x": _f}, {}, {}, ())
+    assert not check({"x": _g}, {}, {}, ())  # same shape of code, another object
+
+    def h(a, b=None):
+        return b
+
+    assert not check({"x": h}, {}, {}, ())
+
+
+@pytest.mark.parametrize("holder", [types.SimpleNamespace(v=[1, 2]), ([1, 2],)], ids=["object", "tuple_of_a_list"])
+def test_guards_below_an_identity_guarded_mutable_object_stay(holder):
+    below = X.attr("v") if isinstance(holder, types.SimpleNamespace) else X.item(0)
+    guards = [Guard("id", X, holder), Guard("len", below, (list, 2))]
+    check = compile_guards(guards)
+    assert check({"x": holder}, {}, {}, ())
+    (holder.v if isinstance(holder, types.SimpleNamespace) else holder[0]).append(3)
+    assert not check({"x": holder}, {}, {}, ())

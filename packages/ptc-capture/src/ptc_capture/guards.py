@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,20 +375,61 @@ def _hashable(value: Any) -> Any:
 _BUILT = ("listed", "values", "raw_values", "reduce")
 
 
-def _hoist(source: Source, hoisted: dict[Any, str]) -> list[str]:
-    """Lines binding each not yet bound built source under ``source`` (innermost first) to a temporary."""
+def _chain(source: Source) -> list[Source]:
+    """``source`` and every source it is read through, outermost (the frame's variable) first."""
     chain: list[Source] = []
     s: Source | None = source
     while s is not None:
         chain.append(s)
         s = s.base
+    chain.reverse()
+    return chain
+
+
+def _hoist(source: Source, hoisted: dict[Any, str], shared: set[Source]) -> list[str]:
+    """Lines binding each not yet bound built or ``shared`` source under ``source`` (outermost
+    first) to a temporary, at its first use: later guards read the temporary instead of walking
+    the chain again (a module's guards share long prefixes: ``C[0].cell_contents.layer[3]...``)."""
     lines = []
-    for s in reversed(chain):
-        if s.kind in _BUILT and s not in hoisted:
+    for s in _chain(source):
+        if (s.kind in _BUILT or s in shared) and s not in hoisted:
             expr = source_expr(s, hoisted)
             hoisted[s] = f"_s{len(hoisted)}"
             lines.append(f"    {hoisted[s]} = {expr}")
     return lines
+
+
+# Objects that nothing can change: an identity guard on one of them fixes everything read
+# from it, so guards below it (a code object's co_varnames, a constant tuple's items) are implied.
+_IMMUTABLE_LEAVES = (str, bytes, int, float, complex, bool, type(None), type(Ellipsis), types.CodeType)
+
+
+def _frozen(value: Any) -> bool:
+    if isinstance(value, (tuple, frozenset)) and type(value) in (tuple, frozenset):
+        return all(_frozen(v) for v in value)
+    return type(value) in _IMMUTABLE_LEAVES
+
+
+def _implied(guards: list[Guard]) -> set[int]:
+    """Indexes of guards that an identity guard on a frozen object (earlier or later) implies."""
+    fixed = {g.source for g in guards if g.kind == "id" and g.source is not None and _frozen(g.expected)}
+    implied = set()
+    for i, g in enumerate(guards):
+        if g.source is None or not fixed:
+            continue
+        above = _chain(g.source)[:-1]
+        if any(s in fixed for s in above) or (g.kind == "type" and g.source in fixed):
+            implied.add(i)
+    return implied
+
+
+def _shared_sources(guards: list[Guard]) -> set[Source]:
+    """Sources, other than the frame's own variables, that two or more guards read through."""
+    uses: collections.Counter[Source] = collections.Counter()
+    for g in guards:
+        if g.source is not None:
+            uses.update(set(_chain(g.source)))
+    return {s for s, n in uses.items() if n > 1 and s.kind not in ("local", "global", "builtin")}
 
 
 def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], bool]:
@@ -406,9 +448,14 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
     lines = ["def check(L, G, B, C):", "  try:"]
     hoisted: dict[Any, str] = {}
     bound: set[str] = set()
-    for guard in guards:
+    guards = list(guards)
+    implied = _implied(guards)
+    shared = _shared_sources([g for i, g in enumerate(guards) if i not in implied])
+    for i, guard in enumerate(guards):
+        if i in implied:
+            continue
         if guard.source is not None:
-            lines += _hoist(guard.source, hoisted)
+            lines += _hoist(guard.source, hoisted, shared)
             lines.append(f"    v = {source_expr(guard.source, hoisted)}")
         for line in _EMITTERS[guard.kind](guard, k, bound):
             lines.append("    " + line)
