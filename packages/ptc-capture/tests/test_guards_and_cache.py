@@ -83,6 +83,31 @@ def test_python_argument_change_recompiles(values):
     assert backend.count == 2
 
 
+def _scaled(x, scale=2.0, shift=1.0):
+    return x * scale + shift
+
+
+def _calls_scaled(x):
+    return _scaled(x, 3.0)
+
+
+def test_only_the_defaults_a_call_reads_are_guarded():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_calls_scaled)
+    x = torch.randn(3)
+    compare_with_eager(compiled, _calls_scaled, x)
+    old = _scaled.__defaults__
+    try:
+        _scaled.__defaults__ = (5.0, 1.0)  # scale is passed: its default is never read
+        compare_with_eager(compiled, _calls_scaled, x)
+        assert backend.count == 1
+        _scaled.__defaults__ = (2.0, -4.0)  # shift's default is read: a new compile
+        compare_with_eager(compiled, _calls_scaled, x)
+        assert backend.count == 2
+    finally:
+        _scaled.__defaults__ = old
+
+
 class Scaler(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -309,11 +309,6 @@ def _key_type(key: Any) -> Any:
     return type(key)
 
 
-@_emitter("training")
-def _emit_training(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
-    return [f"if v.training is not {bool(g.expected)}: return False"]
-
-
 @_emitter("absent")
 def _emit_absent(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if {g.expected!r} in G: return False"]

@@ -265,7 +265,8 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
     if isinstance(value, torch.nn.Module):
         if source is not None:
             guards.add(Guard("id", source, value))
-            guards.add(Guard("training", source, value.training))
+            # As the const guard a read of ``self.training`` in forward adds, so the two are one.
+            guards.add(Guard("const", source.attr("training"), value.training))
         return Var("module", value, source=source)
     if isinstance(value, types.FunctionType):
         # The code is what the trace inlined; defaults and closure contents are guarded

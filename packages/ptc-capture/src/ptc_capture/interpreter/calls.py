@@ -8,7 +8,7 @@ import inspect
 import math
 import operator
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,8 +156,29 @@ def _make_function(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(Var("closure", made))
 
 
+class _WrappedOnUse(Mapping[Any, Var]):
+    """A function's defaults by position (or name), each wrapped the first time it is read."""
+
+    def __init__(self, values: dict[Any, Any], wrap: Callable[[Any, Any], Var]) -> None:
+        self._values = values
+        self._wrap = wrap
+        self._wrapped: dict[Any, Var] = {}
+
+    def __getitem__(self, key: Any) -> Var:
+        found = self._wrapped.get(key)
+        if found is None:
+            found = self._wrapped[key] = self._wrap(key, self._values[key])
+        return found
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 def bind_arguments(
-    code: types.CodeType, args: list[Var], kwargs: dict[str, Var], defaults: tuple[Var, ...], kwdefaults: dict[str, Var]
+    code: types.CodeType, args: list[Var], kwargs: dict[str, Var], defaults: Sequence[Var] | Mapping[int, Var], kwdefaults: Mapping[str, Var]
 ) -> dict[str, Var]:
     """Bind call arguments to the parameter names of ``code`` (a graph break where eager raises TypeError)."""
     names = code.co_varnames
@@ -234,12 +255,14 @@ def inline_function(frame: Frame, fn: types.FunctionType, source: Source | None,
         # Made from a closure of the trace for a class created in it (interpreter/classes.py):
         # its real cells are a snapshot, the closure has the traced ones.
         return _call_closure(frame, traced, args, kwargs)
-    defaults = tuple(
-        state.wrap(v, source.attr("__defaults__").item(i) if source else None) for i, v in enumerate(fn.__defaults__ or ())
+    # Defaults are wrapped (and so guarded) only when the call leaves their parameter unset:
+    # one the caller passes is never read, and a guard on it would only cost every call.
+    defaults = _WrappedOnUse(
+        dict(enumerate(fn.__defaults__ or ())), lambda i, v: state.wrap(v, source.attr("__defaults__").item(i) if source else None)
     )
-    kwdefaults = {
-        k: state.wrap(v, source.attr("__kwdefaults__").item(k) if source else None) for k, v in (fn.__kwdefaults__ or {}).items()
-    }
+    kwdefaults = _WrappedOnUse(
+        dict(fn.__kwdefaults__ or {}), lambda k, v: state.wrap(v, source.attr("__kwdefaults__").item(k) if source else None)
+    )
     bound = bind_arguments(fn.__code__, args, kwargs, defaults, kwdefaults)
     free: dict[str, tuple[Any, Source | None]] = {}
     for i, name in enumerate(fn.__code__.co_freevars):
