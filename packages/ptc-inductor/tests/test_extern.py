@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import check, trace_core
 
 import ptc_inductor
+from ptc_inductor.lowering import matmul
 
 aten = torch.ops.aten
 
@@ -84,3 +86,38 @@ def test_seed_op_draws_from_torch_generator_at_run_time() -> None:
     b = compiled(torch.zeros(4, 4))
     c = compiled(torch.zeros(4, 4))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_products_with_unaligned_rows_run_in_padded_rows_and_match_eager(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CUDA rule (an LM head over a 50257-token vocabulary), exercised on the CPU here.
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((1024, 64), (1031, 64), (1031,)))
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = aten.addmm.default(b, x, aten.permute.default(w, [1, 0]))
+        plain = aten.mm.default(x, aten.permute.default(w, [1, 0]))
+        return logits, aten.amax.default(plain, [1], True)
+
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    compiled = check(fn, x, w, b, **tolerance)
+    per_row = 16 // dtype.itemsize
+    padded = -(-1031 // per_row) * per_row
+    externs = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+    assert [e.op for e in externs] == [aten.addmm.default, aten.mm.default]
+    assert all(e.outputs[0].layout.size == (1024, padded) for e in externs)
+
+
+def test_small_or_aligned_products_are_not_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    g = torch.Generator().manual_seed(0)
+    for rows, cols in ((1024, 1032), (8, 1031)):
+        x, w = torch.randn(rows, 64, generator=g), torch.randn(cols, 64, generator=g)
+
+        def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return aten.mm.default(x, aten.permute.default(w, [1, 0]))
+
+        compiled = check(fn, x, w)
+        (extern,) = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+        assert extern.outputs[0].layout.size == (rows, cols)

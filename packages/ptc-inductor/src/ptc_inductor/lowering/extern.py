@@ -53,8 +53,7 @@ def extern_lowering(op: Any) -> Callable[..., Any]:
 
 
 EXTERN = (
-    aten.mm.default,
-    aten.addmm.default,
+    # mm and addmm: matmul.py (extern calls too, with aligned output rows).
     aten.bmm.default,
     aten.convolution.default,
     aten.convolution_backward.default,
