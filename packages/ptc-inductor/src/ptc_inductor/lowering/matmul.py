@@ -19,7 +19,7 @@ import torch
 
 from ptc_spec import TensorMeta
 
-from ..ir import TensorValue
+from ..ir import BufferArg, TensorValue
 from .context import LoweringContext
 from .extern import extern_lowering
 from .registry import register_lowering
@@ -41,7 +41,7 @@ def padded_columns(meta: Any) -> int | None:
     rows, cols = meta.shape
     if meta.dtype not in _PADDED_DTYPES or not isinstance(rows, int) or not isinstance(cols, int):
         return None
-    per_row = _ROW_ALIGN_BYTES // meta.dtype.itemsize
+    per_row = _row_elements(meta.dtype)
     if cols % per_row == 0 or rows * cols < _PAD_MIN_ELEMENTS:
         return None
     return -(-cols // per_row) * per_row
@@ -57,11 +57,42 @@ def _padded(ctx: LoweringContext, x: TensorValue, columns: int) -> TensorValue:
     return padded
 
 
+def _row_elements(dtype: torch.dtype) -> int:
+    return _ROW_ALIGN_BYTES // dtype.itemsize
+
+
+def _blas_ready(arg: BufferArg, per_row: int) -> bool:
+    """Whether cuBLAS reads this 2-D operand in place with aligned columns or rows."""
+    if len(arg.stride) != 2 or not all(isinstance(x, int) for x in (*arg.stride, arg.offset)):
+        return True  # symbolic layouts are left as they are
+    if 1 in arg.size:
+        return True  # a vector: no leading dimension to align
+    rows, cols = arg.stride
+    lead = rows if cols == 1 else cols if rows == 1 else None
+    return lead is not None and lead % per_row == 0 and arg.offset % per_row == 0
+
+
+def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
+    """A matrix operand whose leading dimension cuBLAS cannot use fast (the (M, 50257) gradient
+    of an LM head) stored into aligned rows; every other operand as it is."""
+    if not isinstance(x, TensorValue) or x.ndim != 2 or x.device.type not in _PADDED_DEVICE_TYPES or x.dtype not in _PADDED_DTYPES:
+        return x
+    if not all(isinstance(s, int) for s in x.size) or int(x.size[0]) * int(x.size[1]) < _PAD_MIN_ELEMENTS:
+        return x
+    per_row = _row_elements(x.dtype)
+    if x.view is not None and _blas_ready(x.view, per_row):
+        return x
+    if x.view is None and int(x.size[1]) % per_row == 0:
+        return x  # realized row-major, its rows are aligned
+    return ctx.as_aligned_arg(x, per_row)
+
+
 def _padded_matmul(op: Any) -> Any:
     plain = extern_lowering(op)
     operand = 2 if op is aten.addmm.default else 1
 
     def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(_aligned_operand(ctx, a) if i >= operand - 1 else a for i, a in enumerate(args))
         columns = padded_columns(ctx.meta)
         bias = args[0] if op is aten.addmm.default else None
         if columns is None or kwargs or len(args) != operand + 1 or (bias is not None and (not isinstance(bias, TensorValue) or bias.ndim != 1)):
