@@ -141,3 +141,18 @@ def test_operands_with_unaligned_rows_are_stored_in_aligned_rows_and_match_eager
     assert all(s % per_row == 0 for s in leading), leading
     # The weight and the activations were aligned already: passed as they are.
     assert [e.args[1].buffer for e in externs] == ["arg1", "arg2"]
+
+
+def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both rules at once: the output's rows and the second operand's rows are unaligned.
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1024, 1031, generator=g), torch.randn(1031, 1031, generator=g)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return aten.mm.default(x, w)
+
+    compiled = check(fn, x, w)
+    (extern,) = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+    assert extern.outputs[0].layout.size == (1024, 1032)
+    assert all(a.stride[0] % 4 == 0 for a in extern.args)

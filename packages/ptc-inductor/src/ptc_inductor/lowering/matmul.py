@@ -92,11 +92,17 @@ def _padded_matmul(op: Any) -> Any:
     operand = 2 if op is aten.addmm.default else 1
 
     def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(_aligned_operand(ctx, a) if i >= operand - 1 else a for i, a in enumerate(args))
         columns = padded_columns(ctx.meta)
         bias = args[0] if op is aten.addmm.default else None
-        if columns is None or kwargs or len(args) != operand + 1 or (bias is not None and (not isinstance(bias, TensorValue) or bias.ndim != 1)):
+        pads = (
+            columns is not None and not kwargs and len(args) == operand + 1 and isinstance(args[operand], TensorValue)
+            and (bias is None or (isinstance(bias, TensorValue) and bias.ndim == 1))
+        )  # fmt: skip
+        # The matrix operands; the second one, when the output is padded, gets aligned rows from its padding.
+        args = tuple(_aligned_operand(ctx, a) if i >= operand - 1 and not (pads and i == operand) else a for i, a in enumerate(args))
+        if not pads:
             return plain(ctx, *args, **kwargs)
+        assert columns is not None
         meta = ctx.meta
         padded = list(args)
         padded[operand] = _padded(ctx, args[operand], columns)
