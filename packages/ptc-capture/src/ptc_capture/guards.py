@@ -400,7 +400,7 @@ _IMMUTABLE_LEAVES = (str, bytes, int, float, complex, bool, type(None), type(Ell
 
 
 def _frozen(value: Any) -> bool:
-    if isinstance(value, (tuple, frozenset)) and type(value) in (tuple, frozenset):
+    if type(value) in (tuple, frozenset):
         return all(_frozen(v) for v in value)
     return type(value) in _IMMUTABLE_LEAVES
 

@@ -19,6 +19,7 @@ in-place or multi-output pointwise ops) runs the reference kernel as before.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -272,32 +273,28 @@ def _view(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     if kwargs or _operands(args, kwargs, contiguous=True) is None:
         return _NOT_HANDLED
     x, requested = args[0], list(args[1])
-    numel = _product(x.shape)
+    numel = math.prod(x.shape)
     free = [i for i, s in enumerate(requested) if not isinstance(s, torch.SymInt) and s == -1]
     if len(free) > 1:
         return _NOT_HANDLED
     if free:
-        rest = _product(requested[: free[0]] + requested[free[0] + 1 :])
+        rest = math.prod(requested[: free[0]] + requested[free[0] + 1 :])
         if not isinstance(rest, torch.SymInt) and rest == 0:
             return _NOT_HANDLED
         requested[free[0]] = numel // rest
-    if not _same(_product(requested), numel):
+    if not _same(math.prod(requested), numel):
         return _NOT_HANDLED
     shape = tuple(requested)
     strides = _default_strides(shape)
-    with torch._C._DisablePythonDispatcher():
-        example = func(torch.empty_strided([_hint(s) for s in x.shape], [_hint(s) for s in x.stride()], dtype=x.dtype, device="meta"),
-                       [_hint(s) for s in shape])
+    try:
+        with torch._C._DisablePythonDispatcher():
+            example = func(torch.empty_strided([_hint(s) for s in x.shape], [_hint(s) for s in x.stride()], dtype=x.dtype, device="meta"),
+                           [_hint(s) for s in shape])
+    except Exception:
+        return _NOT_HANDLED  # the reference kernel raises the op's own error
     if example.stride() != tuple(_hint(s) for s in strides):
         return _NOT_HANDLED
     return x.as_strided(shape, strides, 0)
-
-
-def _product(sizes: Any) -> Any:
-    out: Any = 1
-    for s in sizes:
-        out = out * s
-    return out
 
 
 _RULES: dict[Any, Rule] = {
