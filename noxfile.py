@@ -28,6 +28,10 @@ SPEC = "ptc-spec"
 TORCH_FREE_TESTS = {"ptc-capture": "tests/torchfree"}
 TORCH_FREE_PYTHONS = os.environ.get("PTC_TORCHFREE_PYTHONS", "3.12,3.13").split(",")
 
+# Debian packages a package's tests need, installed by its tests session when missing
+# (CI machines are Debian with apt as root): package -> (executable, Debian package).
+SYSTEM_TOOLS = {"ptc": [("chromium", "chromium")]}  # the report tests render pages in headless Chromium
+
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
 
@@ -78,9 +82,17 @@ def _tests_session(package: str) -> None:
     @nox.session(name=f"tests-{package}")
     def tests(session: nox.Session) -> None:
         _install_package(session, package)
+        _install_system_tools(session, package)
         session.chdir(ROOT / "packages" / package)
         # Running from the package directory keeps src/ off sys.path: the installed package is tested.
         session.run("python", "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", *session.posargs)
+
+
+def _install_system_tools(session: nox.Session, package: str) -> None:
+    missing = [debian for exe, debian in SYSTEM_TOOLS.get(package, []) if shutil.which(exe) is None]
+    if missing:
+        session.run("apt-get", "update", external=True)
+        session.run("apt-get", "install", "-y", *missing, external=True)
 
 
 for _package in PACKAGES:

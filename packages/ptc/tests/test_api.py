@@ -118,4 +118,4 @@ def test_ptc_logs_print_each_line_once() -> None:
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("[ptc.capture.recompiles]")]
-    assert len(lines) == 1 and "size of x dim 0 is 4, expected 3" in lines[0], out.stderr[-2000:]
+    assert len(lines) == 1 and "size of x dim 0 changed 3 -> 4" in lines[0], out.stderr[-2000:]

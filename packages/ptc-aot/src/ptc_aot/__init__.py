@@ -1,5 +1,6 @@
 """ptc-aot: functional aten forward/backward graphs traced ahead of time, min-cut partitioning, runtime wrapper."""
 
+from . import events
 from .api import AotFunction, Compiler, aot, compile_program
 from .config import PARTITIONS, Config, config_from_env
 from .errors import DoubleBackwardError, PartitionError, PtcAotError, UnsupportedMutationError
@@ -27,6 +28,7 @@ __all__ = [
     "aot",
     "compile_program",
     "config_from_env",
+    "events",
     "functionalize",
     "partition",
     "trace_program",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -11,8 +12,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, SymbolEnv, TensorMeta, dialect_of, roundtrip, save, shape_env_of
+from ptc_spec import META_KEY, SymbolEnv, TensorMeta, TimedStep, dialect_of, roundtrip, save, shape_env_of
 
+from . import events
 from .config import Config, config_from_env
 from .errors import PtcAotError
 from .functionalize import functionalize
@@ -46,8 +48,11 @@ def compile_program(
     Inputs with symbolic sizes need ``shape_env`` (their symbols' SymbolEnv, which tracing
     extends with its guards); every graph handed to a compiler then records the SymbolEnv.
     """
+    start = time.perf_counter()
     program = trace_program(fn, inputs, joint=training, shape_env=shape_env)
+    start = _stage("trace", start)
     functional = functionalize(program.gm)
+    start = _stage("functionalize", start)
     metas = program.inputs
     env = shape_env_of(functional.gm)
     if not program.joint:
@@ -58,6 +63,7 @@ def compile_program(
             shape_env=_with_compiler_guards(env, forward),
         )  # fmt: skip
     split = partition(functional, len(metas), config.partition)
+    _stage("partition", start)
     _dump(config, f"joint{tag}", functional.gm)
     _dump(config, f"forward{tag}", split.forward)
     _dump(config, f"backward{tag}", split.backward)
@@ -67,6 +73,14 @@ def compile_program(
         forward, backward, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec,
         tangents(functional, len(metas)), _with_compiler_guards(env, forward, backward),
     )  # fmt: skip
+
+
+def _stage(name: str, start: float) -> float:
+    """Report stage ``name`` (begun at ``start``) to event listeners; return the time now."""
+    now = time.perf_counter()
+    if events.STAGES.wanted():
+        events.STAGES.emit(TimedStep(name, start, now - start))
+    return now
 
 
 def _with_compiler_guards(env: SymbolEnv | None, *compiled: Any) -> SymbolEnv | None:

@@ -10,7 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ptc_capture.errors import BytecodeError, FrameHookUnavailable, PtcCaptureError, ShapeConstraintError
+from ptc_capture.errors import (
+    BytecodeError,
+    FrameHookUnavailable,
+    PtcCaptureError,
+    RecompileError,
+    ShapeConstraintError,
+)
 
 __version__ = "0.1.0"
 
@@ -19,7 +25,9 @@ _LAZY_API = (
     "ExplainOutput",
     "allow_in_graph",
     "capture_function",
+    "current_stance",
     "disable",
+    "events",
     "explain",
     "get_config",
     "is_compiling",
@@ -32,12 +40,14 @@ _LAZY_API = (
     "reset",
     "set_config",
     "set_logs",
+    "set_stance",
 )
 
 __all__ = [
     "BytecodeError",
     "FrameHookUnavailable",
     "PtcCaptureError",
+    "RecompileError",
     "ShapeConstraintError",
     "__version__",
     *_LAZY_API,

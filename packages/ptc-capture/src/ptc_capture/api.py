@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import types
 import warnings
 from collections.abc import Callable
@@ -11,21 +12,25 @@ from typing import Any, TypeVar
 
 import torch
 
-from ptc_capture import framehook
+from ptc_capture import events, framehook
 from ptc_capture.backends import Backend, list_backends, lookup_backend, register_backend
 from ptc_capture.cache import CacheEntry, CodeCache, all_caches, cache_of
 from ptc_capture.capture import Capture, capture_frame, capture_function
 from ptc_capture.config import get_config, set_config
 from ptc_capture.dynamic import DynamicPolicy, mark_dynamic, mark_static
+from ptc_capture.errors import RecompileError
 from ptc_capture.explanation import ExplainOutput, explain
 from ptc_capture.interpreter.builtins import register_is_compiling
 from ptc_capture.interpreter.calls import ALLOW_IN_GRAPH, DISABLED_ATTR
 from ptc_capture.logs import channel, set_logs
+from ptc_capture.stance import STATE as _STANCE
+from ptc_capture.stance import current_stance, set_stance
 
 __all__ = [
     "ExplainOutput",
     "allow_in_graph",
     "capture_function",
+    "current_stance",
     "disable",
     "explain",
     "get_config",
@@ -39,6 +44,7 @@ __all__ = [
     "reset",
     "set_config",
     "set_logs",
+    "set_stance",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,6 +67,8 @@ class FrameCallback:
     def __call__(self, frame: Any) -> types.CodeType | Callable[..., Any] | None:
         # The steady-state path of every hooked frame: kept to a few attribute reads and the
         # guard functions themselves.
+        if _STANCE.name == "force_eager":
+            return None
         code = frame.f_code
         cache: CodeCache = _get_extra(code) or cache_of(code)
         closure = frame.closure or ()
@@ -73,6 +81,16 @@ class FrameCallback:
     def _capture(self, code: types.CodeType, cache: CodeCache, frame: Any, closure: tuple[Any, ...]) -> types.CodeType | Callable[..., Any] | None:
         config = get_config()
         count = cache.count(self)
+        stance = _STANCE.name
+        reason = None
+        if count and stance == "eager_on_recompile":
+            return None
+        if count and (stance == "fail_on_recompile" or events.COMPILES.wanted() or _recompile_log.isEnabledFor(logging.INFO)):
+            reason = _failures(cache, self, frame, closure)
+            where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+            if stance == "fail_on_recompile":
+                raise RecompileError(f"{where} would recompile under set_stance('fail_on_recompile') because {reason}")
+            _recompile_log.info("recompiling %s: %s", where, reason)
         if count >= config.recompile_limit:
             if not cache.exhausted:
                 cache.exhausted = True
@@ -84,8 +102,7 @@ class FrameCallback:
                 )
                 framehook.set_code_skip(code, True)
             return None
-        if count and _recompile_log.isEnabledFor(logging.DEBUG):
-            _recompile_log.debug("recompiling %s: %s", code.co_qualname, _failures(cache, self, frame, closure))
+        start = time.perf_counter()
         capture = capture_frame(
             code, frame.f_locals, frame.f_globals, frame.f_builtins, closure, self.backend, fullgraph=self.fullgraph, config=config,
             dynamic=DynamicPolicy(self.dynamic, cache.frame_sizes),
@@ -102,6 +119,9 @@ class FrameCallback:
                 framehook.set_code_skip(code, True)
         if self.record is not None:
             self.record(capture)
+        if events.COMPILES.wanted():
+            seconds = time.perf_counter() - start
+            events.COMPILES.emit(events.CompileEvent(code.co_qualname, code.co_filename, code.co_firstlineno, count, reason, capture, start, seconds))
         return capture.target
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "FrameHookUnavailable",
     "GraphBreakError",
     "PtcCaptureError",
+    "RecompileError",
     "ShapeConstraintError",
 ]
 
@@ -39,3 +40,7 @@ class BackendError(PtcCaptureError):
 
 class ShapeConstraintError(PtcCaptureError):
     """A dim marked dynamic (mark_dynamic) could not stay dynamic: it is 0/1, out of its range, or the trace fixed it."""
+
+
+class RecompileError(PtcCaptureError):
+    """Under ``set_stance("fail_on_recompile")`` a frame's guards failed (the message names the frame and the guard)."""

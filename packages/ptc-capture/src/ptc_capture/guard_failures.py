@@ -2,7 +2,7 @@
 
 Only the recompile path runs this (the per-call guard function just answers True/False): it
 walks an entry's guards in order, reads each value again, and names the first difference
-(``size of x dim 1 is 17, expected 16``, ``guard s0 <= 512 failed with s0 = 600``).
+(``size of x dim 1 changed 16 -> 17``, ``guard s0 <= 512 failed with s0 = 600``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _tensor_failure(guard: Guard, value: Any, values: dict[sympy.Symbol, int], w
             continue
         expected = _value(size, values)
         if expected != actual:
-            return f"size of {name} dim {dim} is {actual}, expected {expected}"
+            return f"size of {name} dim {dim} changed {expected} -> {actual}"
     expected_stride = tuple(_value(s, values) for s in stride)
     if tuple(value.stride()) != expected_stride:
         return f"stride of {name} is {tuple(value.stride())}, expected {expected_stride}"

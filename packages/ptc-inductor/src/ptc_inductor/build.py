@@ -17,11 +17,15 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TypeVar
 
+from ptc_spec import TimedStep
+
+from . import events
 from .config import Config
 from .errors import BuildError
 
@@ -148,15 +152,24 @@ def _load_cached(
 
 def load_library(source: str, config: Config) -> tuple[ctypes.CDLL, str]:
     """Return the loaded shared library for ``source`` (compiling only on a cache miss) and its path."""
+    start = time.perf_counter()
     so_path = _entry_path(source, config, config.cxx_flags)
     with _LOCK:
         known = _LOADED.get(so_path)
         if known is not None:
             STATS.memory_hits += 1
+            _report_build(so_path, start, "memory hit")
             return known, so_path
+        compiles = STATS.compiles
         lib = _load_cached(so_path, source, config, config.cxx_flags, ctypes.CDLL, (OSError,))
         _LOADED[so_path] = lib
+        _report_build(so_path, start, "built" if STATS.compiles > compiles else "disk hit")
         return lib, so_path
+
+
+def _report_build(path: str, start: float, outcome: str) -> None:
+    if events.STEPS.wanted():
+        events.STEPS.emit(TimedStep(path, start, time.perf_counter() - start, "build", outcome))
 
 
 def load_extension(source: str, name: str, config: Config) -> ModuleType:

@@ -14,6 +14,7 @@ from .errors import (
     UnbackedSizeError,
     UnsupportedDialectError,
 )
+from .events import EventChannel, TimedStep
 from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_meta, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
@@ -39,6 +40,7 @@ def node_meta(node: object) -> object:
 __all__ = [
     "CATEGORIES",
     "DIALECT_KEY",
+    "EventChannel",
     "FALLBACK_KEY",
     "FORMAT",
     "LATEST_CORE",
@@ -58,6 +60,7 @@ __all__ = [
     "SymNode",
     "SymSize",
     "TensorMeta",
+    "TimedStep",
     "Term",
     "TraceError",
     "TracedTensor",

@@ -10,8 +10,10 @@ from .backends import BACKENDS, Backend, make_backend
 from .config import MODES, make_options
 from .errors import MissingComponentError, UnknownOptionError
 from .logs import configure_logs
+from .report import configure_report
 
 configure_logs()
+configure_report()
 
 
 def _capture() -> Any:
@@ -98,9 +100,17 @@ def disable(fn: Callable[..., Any] | None = None) -> Any:
     return _capture().disable(fn) if fn is not None else _capture().disable
 
 
+def set_stance(stance: str = "default") -> Any:
+    """Set what compiled frames do for a while (``default``, ``force_eager``, ``eager_on_recompile``,
+    ``fail_on_recompile``); usable as a plain call, a context manager and a decorator."""
+    return _capture().set_stance(stance)
+
+
 def is_compiling() -> bool:
     """True while ptc is capturing a frame."""
     return bool(_capture().is_compiling())
 
 
-__all__ = ["MODES", "compile", "disable", "explain", "is_compiling", "list_backends", "mark_dynamic", "mark_static", "reset"]
+__all__ = [
+    "MODES", "compile", "disable", "explain", "is_compiling", "list_backends", "mark_dynamic", "mark_static", "reset", "set_stance",
+]
