@@ -40,6 +40,7 @@ def _phases(wl: Any, inputs: tuple[Any, ...]) -> None:
         _compile,
         _constexprs,
         _target,
+        canonical,
         load_launchers,
         signature,
         triton_options,
@@ -100,7 +101,7 @@ def _phases(wl: Any, inputs: tuple[Any, ...]) -> None:
         for c in la.candidates():
             os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="alone_", dir=_TMP)
             start = time.perf_counter()
-            _compile(la.path, k.name, signature(k), _constexprs(k, c), tuple(True for _ in k.params),
+            _compile(la.path, canonical(k).symbol, signature(k), _constexprs(k, c), tuple(True for _ in k.params),
                      c.num_warps, c.num_stages, target, la.fn)
             print(f"  alone: {k.name:10s} {k.style:10s} {c.key():22s} {time.perf_counter() - start:6.3f} s")
 

@@ -166,7 +166,7 @@ def test_dynamic_triton_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_pat
         from ptc_inductor.codegen.triton_heuristics import default_config
         from ptc_inductor.lowering import lower_graph
         from ptc_inductor.scheduler import schedule
-        from ptc_inductor.triton_runtime import _compile_in_worker, _constexprs, signature, write_module
+        from ptc_inductor.triton_runtime import _compile_in_worker, _constexprs, canonical, signature, write_module
         aten = torch.ops.aten
         def softmax(x):
             e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
@@ -186,7 +186,7 @@ def test_dynamic_triton_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_pat
                 assert k.sizes, k.name
                 c = default_config(k.style, k.xnumel_hint, k.rnumel_hint, k.rblock, k.strided)
                 path = write_module(k, CACHE_DIR)
-                b = _compile_in_worker(path, k.name, signature(k), _constexprs(k, c), tuple(True for _ in k.params), c.num_warps, 1, ("cuda", 90, 32))
+                b = _compile_in_worker(path, canonical(k).symbol, signature(k), _constexprs(k, c), tuple(True for _ in k.params), c.num_warps, 1, ("cuda", 90, 32))
                 assert b.plain and b.cubin[:4] == bytes([0x7F]) + b"ELF", b
                 n += 1
         assert n >= 3, n

@@ -77,7 +77,7 @@ def test_generated_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_path: Pa
         """
         import torch, test_triton_kernels as T
         from ptc_inductor.codegen.triton_heuristics import default_config
-        from ptc_inductor.triton_runtime import _compile_in_worker, _constexprs, signature
+        from ptc_inductor.triton_runtime import _compile_in_worker, _constexprs, canonical, signature
         aten = torch.ops.aten
         def softmax(x):
             e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [1], True)))
@@ -89,7 +89,7 @@ def test_generated_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_path: Pa
             for k in T.compile_triton(T.trace_core(fn, x)).kernels:
                 cfg = default_config(k.style, k.xnumel, k.rnumel, k.rblock, k.strided)
                 la_path = __import__("ptc_inductor.triton_runtime").triton_runtime.write_module(k, CACHE_DIR)
-                b = _compile_in_worker(la_path, k.name, signature(k), _constexprs(k, cfg), tuple(True for _ in k.params), cfg.num_warps, 1, ("cuda", 90, 32))
+                b = _compile_in_worker(la_path, canonical(k).symbol, signature(k), _constexprs(k, cfg), tuple(True for _ in k.params), cfg.num_warps, 1, ("cuda", 90, 32))
                 # What a worker hands back: a cubin that ptc's launcher can run (no scratch memory).
                 assert b.plain and b.cubin[:4] == bytes([0x7F]) + b"ELF" and b.num_warps == cfg.num_warps, b
                 n += 1
@@ -125,3 +125,27 @@ def test_the_launcher_extension_builds_without_cuda_and_says_what_is_missing(tmp
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="cannot open the CUDA driver library"):
             module.launch(0, 1, 32, 0, 0)
+
+
+def test_kernels_that_differ_only_in_names_share_one_canonical_module(tmp_path: Path) -> None:
+    from ptc_inductor.triton_runtime import canonical
+
+    x = _rand(4, 300)
+
+    def block(t: torch.Tensor) -> torch.Tensor:
+        return aten.mul.Tensor(aten.sin.default(t), 2.0)
+
+    def two_blocks(unused: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        # The same block twice, separated by a product (an extern call), so two kernels.
+        return block(aten.mm.default(block(t), unused))
+
+    first = compile_triton(trace_core(block, x)).kernels
+    pair = check_triton(two_blocks, _rand(300, 300, seed=2), x, rtol=1e-3, atol=1e-3).kernels
+    assert len(first) == 1 and len(pair) == 2
+    assert first[0].params != pair[0].params or first[0].name != pair[0].name  # different graph names...
+    assert canonical(first[0]).symbol == canonical(pair[0]).symbol  # ...one module
+    assert write_module(first[0], str(tmp_path)) == write_module(pair[0], str(tmp_path))
+    # Another constant, or another shape, is another kernel.
+    other = compile_triton(trace_core(lambda t: aten.mul.Tensor(aten.sin.default(t), 3.0), x)).kernels
+    wider = compile_triton(trace_core(block, _rand(4, 301))).kernels
+    assert len({canonical(k).symbol for k in (first[0], other[0], wider[0])}) == 3

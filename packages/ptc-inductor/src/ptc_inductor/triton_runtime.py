@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import functools
 import hashlib
 import importlib.util
 import json
 import logging
 import multiprocessing
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -81,13 +83,39 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:32]
 
 
+class Canonical(NamedTuple):
+    """A kernel's source with its graph-specific names taken out: the function is named by a
+    hash of its body and its pointer parameters by position, and comments are dropped. Kernels
+    of repeated blocks (every layer of a transformer) differ only in those names, so they share
+    one canonical module: compiled, autotuned and loaded once."""
+
+    symbol: str
+    source: str
+    params: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=8192)
+def canonical(kernel: TritonKernel) -> Canonical:
+    """The canonical form of ``kernel`` (see :class:`Canonical`)."""
+    rename = {p: f"in_ptr{i}" for i, p in enumerate(kernel.params)}
+    text = "\n".join(ln for ln in kernel.source.splitlines() if not ln.lstrip().startswith("#"))
+    if rename:
+        names = re.compile(r"\b(" + "|".join(re.escape(p) for p in sorted(rename, key=len, reverse=True)) + r")\b")
+        text = names.sub(lambda m: rename[m.group(0)], text)
+    text = re.sub(rf"\bdef {re.escape(kernel.name)}\(", "def KERNEL(", text, count=1)
+    symbol = f"ptc_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+    return Canonical(symbol, text.replace("def KERNEL(", f"def {symbol}(", 1) + "\n", tuple(rename.values()))
+
+
 def write_module(kernel: TritonKernel, cache_dir: str) -> str:
-    """Write ``kernel``'s module to the cache (once) and return its path."""
-    path = os.path.join(_kernel_dir(cache_dir), f"{kernel.name}_{source_hash(kernel.source)}.py")
+    """Write ``kernel``'s canonical module to the cache (once) and return its path; the
+    module's function is ``canonical(kernel).symbol``."""
+    form = canonical(kernel)
+    path = os.path.join(_kernel_dir(cache_dir), f"{form.symbol}.py")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            f.write(kernel.source)
+            f.write(form.source)
         os.replace(tmp, path)
     return path
 
@@ -114,10 +142,10 @@ def _constexprs(kernel: TritonKernel, cfg: LaunchConfig) -> dict[str, int]:
 
 
 def signature(kernel: TritonKernel) -> dict[str, str]:
-    """The ``triton.compile`` signature of ``kernel``: pointer types, its int64 sizes, then its constexprs.
+    """The ``triton.compile`` signature of ``kernel``'s canonical function: pointer types, its int64 sizes, then its constexprs.
 
     Sizes get no specialization attribute (divisible by 16, equal to 1): one binary serves every size."""
-    sig = {name: _SIG_TYPES[dt] for name, dt in zip(kernel.params, kernel.param_dtypes)}
+    sig = {name: _SIG_TYPES[dt] for name, dt in zip(canonical(kernel).params, kernel.param_dtypes)}
     sig.update({name: "i64" for name in kernel.sizes})
     sig["XBLOCK"] = "constexpr"
     if kernel.style != "flat":
@@ -247,7 +275,7 @@ class TritonLauncher:
     def fn(self) -> Any:
         """The @triton.jit function; its module is imported only when something needs it."""
         if self._fn is None:
-            self._fn = getattr(load_module(self.path), self.kernel.name)
+            self._fn = getattr(load_module(self.path), canonical(self.kernel).symbol)
         return self._fn
 
     def candidates(self) -> list[LaunchConfig]:
@@ -294,7 +322,7 @@ class TritonLauncher:
         """Triton's CompiledKernel for the current config (a disk-cache hit after precompile)."""
         use = self.config
         assert use is not None
-        return _compile(self.path, self.kernel.name, signature(self.kernel), _constexprs(self.kernel, use), aligned,
+        return _compile(self.path, canonical(self.kernel).symbol, signature(self.kernel), _constexprs(self.kernel, use), aligned,
                         use.num_warps, use.num_stages, _target(args[0].device), self.fn)
 
     def _load_variant(self, args: Sequence[torch.Tensor], aligned: tuple[bool, ...]) -> Any:
@@ -319,7 +347,9 @@ class TritonLauncher:
             self._set_config(configs[0])
             return
         device = args[0].device
-        key = f"{source_hash(self.kernel.source)}|{torch.cuda.get_device_name(device)}|{self.options.autotune}"
+        # Keyed by the canonical source and signature: every copy of a repeated kernel reuses the winner.
+        sig = ",".join(signature(self.kernel).values())
+        key = f"{canonical(self.kernel).symbol}|{sig}|{torch.cuda.get_device_name(device)}|{self.options.autotune}"
         if self._xnumel is not None:
             # One config serves every size; the winner is kept per size bucket of the first call.
             key += f"|x{next_pow2(self._xnumel(*args[self._tensors :]))}"
@@ -327,13 +357,11 @@ class TritonLauncher:
         if cached is not None:
             self._set_config(LaunchConfig(**cached))
             return
-        from triton.testing import do_bench
-
         timings: list[tuple[float, LaunchConfig]] = []
         for cfg in configs:
             self._set_config(cfg)
             try:
-                ms = do_bench(lambda: self(*args), warmup=5, rep=20)
+                ms = time_launches(lambda: self(*args), device)
             except Exception as exc:  # a config can exceed shared memory or registers: skip it
                 log.debug("config %s of %s failed: %s", cfg.key(), self.kernel.name, exc)
                 continue
@@ -344,6 +372,29 @@ class TritonLauncher:
         log.debug("autotuned %s: %s", self.kernel.name, ", ".join(f"{c.key()}={ms:.4f}ms" for ms, c in timings))
         self._set_config(best)
         _write_autotune(self.options.cache_dir, key, best)
+
+
+AUTOTUNE_BUDGET_MS = 1.0
+"""Device time each candidate config is timed for: a first compile times hundreds of them."""
+
+
+def time_launches(run: Any, device: torch.device, budget_ms: float = AUTOTUNE_BUDGET_MS) -> float:
+    """Mean milliseconds of one ``run()`` on ``device``: one launch to load and warm up, one
+    timed alone, then as many as fill ``budget_ms`` (3 to 100), timed together by CUDA events."""
+    run()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    once = max(start.elapsed_time(end), 1e-4)
+    count = int(min(100, max(3, budget_ms / once)))
+    start.record()
+    for _ in range(count):
+        run()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) / count
 
 
 def _autotune_path(cache_dir: str) -> str:
@@ -384,7 +435,7 @@ def load_launchers(
     for k in kernels:
         path = write_module(k, options.cache_dir)
         # On a GPU the workers import the module; here it is imported only if a launch needs it.
-        fn = None if gpu else getattr(load_module(path), k.name)
+        fn = None if gpu else getattr(load_module(path), canonical(k).symbol)
         launchers[k.name] = TritonLauncher(k, options, fn, path, launch)
     if gpu:
         assert device is not None
@@ -397,24 +448,31 @@ def precompile(launchers: Sequence[TritonLauncher], device: torch.device, option
     second process's compile a lookup); each launcher keeps its binaries. Returns the wall time."""
     start = time.perf_counter()
     target = _target(device)
-    jobs = []
+    # Identical canonical kernels (one per repeated block) make identical jobs: each compiles once.
+    jobs: dict[str, tuple[Any, ...]] = {}
+    users: dict[str, list[tuple[TritonLauncher, tuple[str, tuple[bool, ...]]]]] = {}
     for la in launchers:
         k = la.kernel
         sig = signature(k)
         aligned = tuple(True for _ in k.params)
         for cfg in la.candidates():
-            jobs.append((la, (cfg.key(), aligned), (la.path, k.name, sig, _constexprs(k, cfg), aligned, cfg.num_warps, cfg.num_stages, target)))
+            job = (la.path, canonical(k).symbol, sig, _constexprs(k, cfg), aligned, cfg.num_warps, cfg.num_stages, target)
+            key = repr(job)
+            jobs.setdefault(key, job)
+            users.setdefault(key, []).append((la, (cfg.key(), aligned)))
     if options.compile_workers > 1 and len(jobs) > 1:
         pool = compile_pool(options.compile_workers)
-        futures = [pool.submit(_compile_in_worker, *job) for _, _, job in jobs]
-        binaries = [fut.result() for fut in futures]
+        futures = {key: pool.submit(_compile_in_worker, *job) for key, job in jobs.items()}
+        binaries = {key: fut.result() for key, fut in futures.items()}
     else:
-        binaries = [_compile_in_worker(*job) for _, _, job in jobs]
-    for (la, key, _), binary in zip(jobs, binaries, strict=True):
+        binaries = {key: _compile_in_worker(*job) for key, job in jobs.items()}
+    for key, found in users.items():
+        binary = binaries[key]
         if binary is not None:
-            la.binaries[key] = binary
+            for la, variant in found:
+                la.binaries[variant] = binary
     elapsed = time.perf_counter() - start
-    log.debug("compiled %d Triton kernel variants in %.2fs", len(jobs), elapsed)
+    log.debug("compiled %d Triton kernel variants (%d distinct) in %.2fs", sum(map(len, users.values())), len(jobs), elapsed)
     return elapsed
 
 
@@ -426,11 +484,25 @@ class LoadedKernel(NamedTuple):
     shared: int
 
 
+_LOADED: dict[tuple[int, int], tuple[KernelBinary, LoadedKernel]] = {}
+"""Binaries loaded on a device, by (id of the binary, device index); the binary is kept with its
+loaded form, so the id stays its own. Launchers of one repeated kernel share one binary object."""
+
+
 def _load_binary(binary: KernelBinary, device: torch.device) -> LoadedKernel:
-    """Load ``binary`` into the device's context (Triton's driver utilities do the loading)."""
+    """Load ``binary`` into the device's context once (Triton's driver utilities do the loading)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    known = _LOADED.get((id(binary), index))
+    if known is not None:
+        return known[1]
+    loaded = _load_binary_now(binary, index)
+    _LOADED[(id(binary), index)] = (binary, loaded)
+    return loaded
+
+
+def _load_binary_now(binary: KernelBinary, index: int) -> LoadedKernel:
     from triton.runtime.driver import driver
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
     _, function, _, _, max_threads = driver.active.utils.load_binary(binary.name, binary.cubin, binary.shared, index)
     threads = 32 * binary.num_warps
     if threads > max_threads:
