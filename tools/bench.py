@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,25 +348,31 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--impls", default=",".join(IMPLS))
+def parse_common(parser: argparse.ArgumentParser, argv: list[str] | None, workloads: str, impls: Sequence[str]) -> argparse.Namespace:
+    """Add the options every benchmark script of this folder shares, parse, and pick the device."""
+    parser.add_argument("--workloads", default=workloads)
+    parser.add_argument("--impls", default=",".join(impls))
     parser.add_argument("--device", default=None)
-    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="tiny sizes, for a quick check")
     parser.add_argument("--dtype", default="default", choices=["default", "float32", "bfloat16", "float16"],
                         help="cast each model and its floating inputs to this dtype (default: as the workload builds them)")
     parser.add_argument("--timeout", type=int, default=900)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--markdown", type=Path)
     parser.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.device is None:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--markdown", type=Path)
+    args = parse_common(parser, argv, ",".join(WORKLOADS), IMPLS)
     if args.worker:
         print(json.dumps(run_worker(args.worker[0], args.worker[1], args.device, args.steps, args.small, args.dtype)))
         return 0
@@ -381,15 +387,20 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             print(json.dumps(result), file=sys.stderr, flush=True)
     table = markdown(results)
+    write_results(args, table, results, "bench.json")
+    if args.markdown:
+        args.markdown.write_text(table)
+    return 0
+
+
+def write_results(args: argparse.Namespace, table: str, results: Any, out_name: str) -> None:
+    """Print the table; write the results to ``--json`` and, on the device machine, to $OUT."""
     print(table)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    if args.markdown:
-        args.markdown.write_text(table)
     out = os.environ.get("OUT")
     if out:
-        Path(out, "bench.json").write_text(json.dumps(results, indent=2))
-    return 0
+        Path(out, out_name).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

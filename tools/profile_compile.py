@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import cProfile
 import functools
 import importlib
 import os
+import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,14 +129,22 @@ def _workload(name: str, device: Any) -> tuple[Any, tuple[Any, ...], bool]:
 
 
 def main() -> None:
-    """Print the stage table of one cold compile."""
+    """Print the stage table of one cold compile (or, with --warm, of a warm start)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("workload")
     parser.add_argument("--dynamic", choices=["none", "true", "false"], default="none")
     parser.add_argument("--device", default=None)
+    parser.add_argument("--warm", action="store_true", help="profile a warm start: a first process fills the caches, this one reads them")
+    parser.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N", help="also print the N functions of most cumulative time")
     args = parser.parse_args()
-    cache = tempfile.mkdtemp(prefix="ptc-profile-")
-    atexit.register(shutil.rmtree, cache, True)
+    cache = args.cache_dir or tempfile.mkdtemp(prefix="ptc-profile-")
+    if args.cache_dir is None:
+        atexit.register(shutil.rmtree, cache, True)
+    if args.warm:
+        # The same command, cold, in a process of its own: it leaves every cache on disk.
+        cold = [a for a in sys.argv[1:] if a != "--warm"]
+        subprocess.run([sys.executable, __file__, *cold, "--cache-dir", cache], check=True, stdout=subprocess.DEVNULL)
     os.environ["PTC_CACHE_DIR"] = cache
     os.environ["PTC_INDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
@@ -151,12 +162,18 @@ def main() -> None:
     model, inputs, train = _workload(args.workload, device)
     dynamic = {"none": None, "true": True, "false": False}[args.dynamic]
     compiled = ptc.compile(model, dynamic=dynamic)
+    profiler = cProfile.Profile() if args.cprofile else None
     start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
     _step(compiled, inputs, train)
     if device.type == "cuda":
         torch.cuda.synchronize()
+    if profiler is not None:
+        profiler.disable()
     total = time.perf_counter() - start
-    print(f"{args.workload} on {device.type}, dynamic={args.dynamic}, train={train}: first call {total:.2f} s")
+    start_kind = "warm start" if args.warm else "cold"
+    print(f"{args.workload} on {device.type}, dynamic={args.dynamic}, train={train}, {start_kind}: first call {total:.2f} s")
     print(f"| {'stage':<28} | {'seconds':>8} | {'share':>6} | {'calls':>5} | {'nodes in':>8} |")
     print(f"|{'-' * 30}|{'-' * 10}|{'-' * 8}|{'-' * 7}|{'-' * 10}|")
     claimed = 0.0
@@ -168,6 +185,8 @@ def main() -> None:
         print(f"| {name:<28} | {seconds:8.3f} | {seconds / total:6.1%} | {timers.calls[name]:5d} | {timers.nodes.get(name, 0):8d} |")
     other = total - claimed
     print(f"| {'other (imports, runs, glue)':<28} | {other:8.3f} | {other / total:6.1%} |       |          |")
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.cprofile)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """ptc-inductor: compiles core-dialect FX graphs into fused C++/OpenMP kernels and a Python wrapper."""
 
+from . import events
+from .artifact import ArtifactError, load_artifact, save_artifact
 from .build import STATS as build_stats
 from .compiler import CompiledGraph, compile
 from .config import Config, config_from_env
@@ -8,6 +10,7 @@ from .errors import BuildError, CodegenError, LoweringError, PtcInductorError, U
 from .size_sources import SymbolSource
 
 __all__ = [
+    "ArtifactError",
     "BuildError",
     "CodegenError",
     "CompiledGraph",
@@ -20,4 +23,7 @@ __all__ = [
     "compile",
     "config_from_env",
     "coverage",
+    "events",
+    "load_artifact",
+    "save_artifact",
 ]

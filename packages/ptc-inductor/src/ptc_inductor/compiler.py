@@ -5,14 +5,17 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch.fx
 
-from . import debug, sizes
-from .codegen.backend import Backend, auto_backend, uses_triton
+from ptc_spec import TimedStep
+
+from . import debug, events, sizes
+from .codegen.backend import Backend, KernelCall, auto_backend, uses_triton
 from .codegen.wrapper import generate_wrapper
 from .config import Config, config_from_env
 from .lowering import lower_graph
@@ -33,14 +36,20 @@ class CompiledGraph:
     call: Callable[..., Any]
     cpp_source: str
     wrapper_source: str
-    schedule: Schedule
-    memory_plan: MemoryPlan
+    schedule: Schedule | None
+    """How the graph was scheduled; None for a graph loaded from an artifact."""
+    memory_plan: MemoryPlan | None
     library_path: str | None
     fallbacks: tuple[str, ...] = ()
     """Ops run as their eager ATen kernel (fallback nodes), by qualified name, in graph order."""
     symbols: tuple[SymbolSource, ...] = ()
     """The size symbols the graph needs, each with the input dim (or stride, or SymInt input)
     each call reads it from; empty for static sizes. Guards are not checked here."""
+    namespace: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
+    """The objects the wrapper's code reads (what ``artifact.save_artifact`` writes)."""
+    kernel_calls: dict[str, KernelCall] = dataclasses.field(default_factory=dict, repr=False)
+    loaded_kernel_count: int = 0
+    """``kernel_count`` of a graph loaded from an artifact (it keeps no schedule)."""
 
     def __call__(self, *args: Any) -> Any:
         """Run the compiled graph on ``args`` (the graph's placeholders, in order)."""
@@ -52,8 +61,8 @@ class CompiledGraph:
 
     @property
     def kernel_count(self) -> int:
-        """Number of generated C++ kernels."""
-        return len(self.schedule.kernels)
+        """Number of generated kernels."""
+        return self.loaded_kernel_count if self.schedule is None else len(self.schedule.kernels)
 
 
 def _check_dialect(gm: torch.fx.GraphModule) -> None:
@@ -70,8 +79,18 @@ def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir
     if debug_dir is not None:
         cfg = cfg.replace(debug_dir=debug_dir)
     _check_dialect(gm)
+    start = time.perf_counter()
     lowered = lower_graph(gm, cfg)  # 1. lower: graph nodes -> loop IR and extern calls
+    _stage("lower", start)
     return compile_lowered(lowered, cfg)
+
+
+def _stage(name: str, start: float) -> float:
+    """Report stage ``name`` (begun at ``start``) to event listeners; return the time now, the next stage's start."""
+    now = time.perf_counter()
+    if events.STEPS.wanted():
+        events.STEPS.emit(TimedStep(name, start, now - start))
+    return now
 
 
 def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_backend) -> CompiledGraph:
@@ -82,24 +101,32 @@ def compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend = auto_
 
 
 def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> CompiledGraph:
+    start = time.perf_counter()
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)  # 2. schedule and fuse into kernels
+    start = _stage("schedule", start)
     cpp_kernels = {k.name for k in sched.kernels if not uses_triton(k, cfg)}
     plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
+    start = _stage("plan memory", start)
     # 4. generate, build and load the kernels; one that writes no element is never launched (on a
     # GPU a kernel over a zero-size output would still run one program and write out of bounds)
     launched = dataclasses.replace(sched, steps=tuple(s for s in sched.steps if not (isinstance(s, Kernel) and s.is_empty)))
     built = backend(launched, plan, lowered.buffers, cfg)
     source, path = built.source, built.artifact
+    start = _stage("codegen and build", start)
     # 5. the Python wrapper that allocates buffers and runs kernels and extern calls in order
     wrapper = generate_wrapper(lowered, sched, plan, built.calls, cfg)
     namespace = dict(wrapper.namespace)
     exec(compile_source(wrapper.source), namespace)
+    _stage("wrapper", start)
     if cfg.output_code:
         debug.log_output_code(source, wrapper.source)
     if cfg.debug_dir:
         _write_debug(cfg.debug_dir, lowered, sched, plan, source, wrapper.source)
     log.debug("compiled %d nodes into %d kernels", len(lowered.nodes), len(built.calls))
-    return CompiledGraph(namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks, wrapper.symbols)
+    return CompiledGraph(
+        namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks, wrapper.symbols,
+        namespace=dict(wrapper.namespace), kernel_calls=built.calls,
+    )
 
 
 def compile_source(text: str) -> Any:

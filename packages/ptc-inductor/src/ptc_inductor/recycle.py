@@ -54,6 +54,10 @@ class OutputRecycler:
         self._pads: list[int] = []
         self._lock = threading.Lock()
 
+    def layout(self) -> tuple[tuple[int, ...], tuple[int, ...], torch.dtype, int]:
+        """Size, stride, dtype and byte size of the tensors :meth:`take` hands out."""
+        return self._size, self._stride, self._dtype, self._nbytes
+
     def take(self) -> torch.Tensor:
         """Return an uninitialised tensor of the recycler's layout on storage nobody else holds."""
         bufs = self._bufs

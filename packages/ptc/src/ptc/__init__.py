@@ -1,6 +1,18 @@
 """ptc: make unmodified PyTorch programs faster with ``model = ptc.compile(model)``."""
 
-from .api import MODES, compile, disable, explain, is_compiling, list_backends, mark_dynamic, mark_static, reset
+from . import cache, report
+from .api import (
+    MODES,
+    compile,
+    disable,
+    explain,
+    is_compiling,
+    list_backends,
+    mark_dynamic,
+    mark_static,
+    reset,
+    set_stance,
+)
 from .errors import MissingComponentError, PtcError, UnknownOptionError
 from .logs import CHANNELS
 from .logs import enable as enable_logs
@@ -13,6 +25,7 @@ __all__ = [
     "MissingComponentError",
     "PtcError",
     "UnknownOptionError",
+    "cache",
     "compile",
     "disable",
     "enable_logs",
@@ -21,5 +34,7 @@ __all__ = [
     "list_backends",
     "mark_dynamic",
     "mark_static",
+    "report",
     "reset",
+    "set_stance",
 ]

@@ -6,6 +6,7 @@ Each stage is a separate package that talks to the next only through an FX graph
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -18,7 +19,9 @@ import torch.fx
 
 import ptc_spec
 
+from . import cache
 from .config import CompileOptions
+from .report.record import RECORDER
 
 Compiled = Callable[..., Any]
 log = logging.getLogger("ptc.perf")
@@ -51,26 +54,64 @@ def handoff(gm: torch.fx.GraphModule, options: CompileOptions) -> torch.fx.Graph
 
 
 def compile_core(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions) -> Compiled:
-    """aten graph -> core/N (ptc-decomp; ops it cannot decompose stay as fallbacks) -> kernels (ptc-inductor), optionally CUDA-graphed."""
-    import ptc_decomp
+    """aten graph -> core/N (ptc-decomp; ops it cannot decompose stay as fallbacks) -> kernels (ptc-inductor), optionally CUDA-graphed.
+
+    A graph some process compiled before under the same versions and settings is loaded from
+    the graph cache (``ptc.cache``) instead."""
     import ptc_inductor
 
     start = time.perf_counter()
-    core = handoff(ptc_decomp.decompose(handoff(gm, options), target=ptc_spec.LATEST_CORE), options)
-    compiled: Compiled = ptc_inductor.compile(core, debug_dir=options.debug_dir)
+    config = ptc_inductor.config_from_env(cache_dir=cache.inductor_cache_dir())
+    if options.debug_dir is not None:
+        config = config.replace(debug_dir=options.debug_dir)
+    key = _cache_key(gm, example_inputs, options, config)
+    compiled: Any = None
+    core: torch.fx.GraphModule | None = None
+    if key is not None:
+        compiled = cache.lookup(key, lambda path: ptc_inductor.load_artifact(path, config))
+    if compiled is not None:
+        fallbacks = list(compiled.fallbacks)
+        log.info("loaded a compiled graph from the cache in %.1f ms", (time.perf_counter() - start) * 1e3)
+    else:
+        compiled, core = _compile_core(gm, options, config, key)
+        fallbacks = list(core.meta.get("ptc_fallbacks", ()))
+    if RECORDER.active:
+        RECORDER.graph_compiled(compiled, core, fallbacks, None if key is None else ("miss" if core is not None else "hit"), start)
     STATS.graphs += 1
-    fallbacks = list(core.meta.get("ptc_fallbacks", ()))
     if fallbacks:
         STATS.fallbacks.update(fallbacks)
         fallback_log.info("graph %d runs %d op(s) unfused, as eager kernels: %s", STATS.graphs, len(fallbacks), ", ".join(fallbacks))
     STATS.kernels += int(getattr(compiled, "kernel_count", 0))
     STATS.seconds += time.perf_counter() - start
-    log.info("decomposed and compiled a graph of %d nodes in %.1f ms", len(core.graph.nodes), (time.perf_counter() - start) * 1e3)
     if options.cudagraphs and _all_cuda(example_inputs):
         import ptc_cudagraphs
 
         compiled = ptc_cudagraphs.cudagraphify(compiled, list(example_inputs))
-    return _with_decisions(compiled, gm, core)
+    return compiled if core is None else _with_decisions(compiled, gm, core)
+
+
+def _compile_core(gm: torch.fx.GraphModule, options: CompileOptions, config: Any, key: str | None) -> tuple[Compiled, torch.fx.GraphModule]:
+    import ptc_decomp
+    import ptc_inductor
+
+    start = time.perf_counter()
+    core = handoff(ptc_decomp.decompose(handoff(gm, options), target=ptc_spec.LATEST_CORE), options)
+    if RECORDER.active:
+        RECORDER.span("decomp", "decompose", start, RECORDER.current)
+    compiled = ptc_inductor.compile(core, config=config)
+    log.info("decomposed and compiled a graph of %d nodes in %.1f ms", len(core.graph.nodes), (time.perf_counter() - start) * 1e3)
+    # A compile that decided on sizes carries guards the entry could not give back: not cached.
+    if key is not None and _with_decisions(compiled, gm, core) is compiled:
+        cache.store(key, lambda path: ptc_inductor.save_artifact(compiled, path))
+    return compiled, core
+
+
+def _cache_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: CompileOptions, config: Any) -> str | None:
+    # Debug files and printed code come from a compile; a cached load would silently skip them.
+    if not cache.enabled() or config.debug_dir or config.output_code:
+        return None
+    settings = f"{dataclasses.replace(options, debug_dir=None)!r}|{config.replace(cache_dir='')!r}"
+    return cache.graph_key(gm, list(example_inputs), settings)
 
 
 class _Decided:
@@ -99,12 +140,24 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
     """torch graph -> forward/backward aten graphs (ptc-aot), each compiled by ``inner``."""
     import ptc_aot
 
-    def stage(graph: torch.fx.GraphModule) -> Compiled:
-        return inner(graph, _placeholder_metas(graph), options)
+    program = RECORDER.new_program() if RECORDER.active else None
+
+    def stage_for(kind: str) -> Callable[[torch.fx.GraphModule], Compiled]:
+        def stage(graph: torch.fx.GraphModule) -> Compiled:
+            if program is None or not RECORDER.active:
+                return inner(graph, _placeholder_metas(graph), options)
+            record = RECORDER.begin_graph(program, kind, graph)
+            start = time.perf_counter()
+            compiled = inner(graph, _placeholder_metas(graph), options)
+            RECORDER.span("stage compile", kind, start, record)
+            RECORDER.current = None
+            return compiled
+
+        return stage
 
     compiled: Compiled = ptc_aot.aot(
-        handoff(gm, options), list(example_inputs), fw_compiler=stage, bw_compiler=stage, partition=options.partition,
-        dump_dir=options.debug_dir,
+        handoff(gm, options), list(example_inputs), fw_compiler=stage_for("forward"), bw_compiler=stage_for("backward"),
+        partition=options.partition, dump_dir=options.debug_dir,
     )
     return compiled
 

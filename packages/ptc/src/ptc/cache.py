@@ -1,0 +1,208 @@
+"""The graph-level cache: a process that compiles a graph some process compiled before loads its
+kernels and wrapper instead of decomposing, lowering, scheduling and generating code again.
+
+An entry is keyed by the aten graph handed to the compiler (its serialized structure and
+constants), the compile options, the inductor configuration, the device, and the versions of
+torch, triton, Python and every ptc package's source. Entries live under ``PTC_CACHE_DIR``
+(default ``~/.cache/ptc``), which also holds ptc-inductor's kernel cache unless
+``PTC_INDUCTOR_CACHE_DIR`` says otherwise. Each entry is written into a private directory and
+renamed into place, so concurrent processes never see half an entry; a corrupt entry is
+rebuilt with a warning; the total size is bounded (``PTC_CACHE_SIZE_MB``, default 2048): the
+least recently used entries go first. ``PTC_GRAPH_CACHE=0`` turns the cache off.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+
+from ptc_spec.serialize import graph_to_json
+
+log = logging.getLogger("ptc.cache")
+
+_GRAPHS = "graphs"
+
+
+@dataclass
+class CacheStats:
+    """What this process's lookups found (the cache's only in-memory state)."""
+
+    hits: int = 0
+    misses: int = 0
+    stores: int = 0
+    corrupt: int = 0
+
+
+STATS = CacheStats()
+_PACKAGES = ("ptc", "ptc_spec", "ptc_decomp", "ptc_inductor")
+"""The packages whose code decides what an entry holds (capture and aot run before the key)."""
+
+
+def cache_dir() -> Path:
+    """Where ptc keeps its caches: ``PTC_CACHE_DIR``, else ``$XDG_CACHE_HOME/ptc`` or ``~/.cache/ptc``."""
+    configured = os.environ.get("PTC_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ptc"
+
+
+def inductor_cache_dir() -> str:
+    """The kernel cache ptc-inductor uses under ptc: ``PTC_INDUCTOR_CACHE_DIR``, else inside :func:`cache_dir`."""
+    return os.environ.get("PTC_INDUCTOR_CACHE_DIR") or str(cache_dir() / "inductor")
+
+
+def enabled() -> bool:
+    """False when ``PTC_GRAPH_CACHE=0`` turned the graph cache off."""
+    return os.environ.get("PTC_GRAPH_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def clear() -> None:
+    """Empty every ptc cache on disk: compiled graphs and kernels (Triton's own cache is Triton's)."""
+    for path in (cache_dir() / _GRAPHS, Path(inductor_cache_dir())):
+        shutil.rmtree(path, ignore_errors=True)
+    if importlib.util.find_spec("ptc_inductor") is not None:
+        import ptc_inductor.build
+
+        ptc_inductor.build.clear_memory_cache()
+
+
+@functools.cache
+def _code_version() -> str:
+    """A hash of the source of every package that shapes an entry, and of the versions around them."""
+    digest = hashlib.sha256()
+    digest.update(f"{sys.version}|{torch.__version__}|{_triton_version()}".encode())
+    for name in _PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(next(iter(spec.submodule_search_locations)))
+        for file in sorted(root.rglob("*.py")):
+            digest.update(str(file.relative_to(root)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _triton_version() -> str:
+    if importlib.util.find_spec("triton") is None:
+        return "none"
+    from importlib.metadata import version
+
+    return version("triton")
+
+
+def _devices(example_inputs: list[Any]) -> str:
+    names = set()
+    for x in example_inputs:
+        device = getattr(x, "device", None)
+        if isinstance(device, torch.device) and device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            names.add(f"{torch.cuda.get_device_name(index)}|{torch.cuda.get_device_capability(index)}")
+    return ",".join(sorted(names))
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], settings: str) -> str | None:
+    """The key of ``gm`` compiled under ``settings`` (options and configuration as text), or None
+    where the graph cannot be serialized (such a graph is compiled every time)."""
+    try:
+        structure = graph_to_json(gm)
+    except Exception as exc:  # any graph ptc-spec cannot write is simply not cached
+        log.debug("graph not cached: %s", exc)
+        return None
+    digest = hashlib.sha256()
+    digest.update(_code_version().encode())
+    digest.update(settings.encode())
+    digest.update(_devices(example_inputs).encode())
+    digest.update(json.dumps(structure, sort_keys=True, default=str).encode())
+    for name in sorted(structure["constants"]):
+        value: Any = gm
+        for part in name.split("."):
+            value = getattr(value, part)
+        digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _entry(key: str) -> Path:
+    return cache_dir() / _GRAPHS / key[:2] / key
+
+
+def lookup(key: str, load: Any) -> Any:
+    """The compiled graph of entry ``key`` read by ``load(path)``, or None on a miss; a corrupt
+    entry is removed with a warning, so that the caller compiles and stores it again."""
+    path = _entry(key)
+    if not path.is_dir():
+        STATS.misses += 1
+        return None
+    try:
+        compiled = load(str(path))
+    except Exception as exc:  # whatever is wrong with an entry, compiling again is the cure
+        warnings.warn(f"ptc: the cached graph {path} cannot be loaded ({type(exc).__name__}: {exc}); compiling it again", stacklevel=2)
+        shutil.rmtree(path, ignore_errors=True)
+        STATS.corrupt += 1
+        STATS.misses += 1
+        return None
+    os.utime(path)  # recently used: the size bound evicts it last
+    STATS.hits += 1
+    return compiled
+
+
+def store(key: str, save: Any) -> None:
+    """Write entry ``key`` with ``save(directory)``, atomically; a graph ``save`` refuses stays uncached."""
+    final = _entry(key)
+    if final.exists():
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=final.parent))
+    try:
+        save(str(tmp))
+        os.replace(tmp, final)
+        STATS.stores += 1
+    except OSError:
+        # Another process stored the same entry first (the rename found a non-empty directory).
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    except Exception as exc:  # an object the artifact format cannot hold: compile it every time
+        log.debug("graph %s not cached: %s", key[:16], exc)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    _bound(cache_dir() / _GRAPHS, _limit_bytes())
+
+
+def _limit_bytes() -> int:
+    try:
+        return int(float(os.environ.get("PTC_CACHE_SIZE_MB", "2048")) * 2**20)
+    except ValueError:
+        return 2048 * 2**20
+
+
+def _bound(root: Path, limit: int) -> None:
+    """Remove the least recently used entries until the entries under ``root`` fit in ``limit`` bytes."""
+    entries = []
+    for entry in root.glob("*/*"):
+        if entry.name.startswith("."):
+            continue
+        try:
+            size = sum(f.stat().st_size for f in entry.iterdir())
+            entries.append((entry.stat().st_mtime, size, entry))
+        except OSError:  # removed by another process meanwhile
+            continue
+    total = sum(size for _, size, _ in entries)
+    for _, size, entry in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        log.debug("evicted cached graph %s (%d bytes)", entry.name[:16], size)

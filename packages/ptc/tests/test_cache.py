@@ -1,0 +1,122 @@
+"""The graph cache: a second process loads what the first compiled, and gets eager's results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+import ptc
+from ptc import cache
+
+# A training step of a small MLP and an inference call, run in a fresh process; prints the
+# cache's counters and the results' distance from eager's as one JSON line.
+PROGRAM = textwrap.dedent(
+    """
+    import json, sys, torch, ptc
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, SCALE))
+    x = torch.randn(8, 16)
+    expected = model(x)
+    expected.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    out = ptc.compile(model)(x)
+    out.sum().backward()
+    with torch.no_grad():
+        infer = ptc.compile(lambda t: torch.softmax(t * 3, -1) + 1)(x)
+    err = max([(out - expected).abs().max().item(), (infer - (torch.softmax(x * 3, -1) + 1)).abs().max().item()]
+              + [(p.grad - g).abs().max().item() for p, g in zip(model.parameters(), grads)])
+    s = ptc.cache.STATS
+    print(json.dumps({"hits": s.hits, "misses": s.misses, "stores": s.stores, "corrupt": s.corrupt, "err": err}))
+    """
+)
+
+
+def _run(cache_dir: Path, scale: int = 4, **env: str) -> dict[str, float]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("PTC_INDUCTOR_CACHE_DIR", "PTC_GRAPH_CACHE")}
+    environ.update(PTC_CACHE_DIR=str(cache_dir), **env)
+    proc = subprocess.run([sys.executable, "-c", PROGRAM.replace("SCALE", str(scale))], capture_output=True, text=True, env=environ, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["stderr"] = proc.stderr  # type: ignore[assignment]
+    return result
+
+
+def _entries(cache_dir: Path) -> list[Path]:
+    return [p for p in (cache_dir / "graphs").glob("*/*") if not p.name.startswith(".")]
+
+
+def test_a_second_process_loads_every_graph_and_matches_eager(tmp_path: Path) -> None:
+    first = _run(tmp_path)
+    # Forward and backward of the training step, and the inference graph.
+    assert (first["hits"], first["misses"], first["stores"]) == (0, 3, 3)
+    assert first["err"] < 1e-5
+    assert len(_entries(tmp_path)) == 3
+    assert list((tmp_path / "inductor").rglob("*.so")), "PTC_CACHE_DIR holds the kernel cache too"
+    second = _run(tmp_path)
+    assert (second["hits"], second["misses"], second["stores"]) == (3, 0, 0)
+    assert second["err"] < 1e-5
+    # Another model (another output width) is another set of graphs.
+    third = _run(tmp_path, scale=5)
+    assert third["stores"] == 2 and third["hits"] == 1
+
+
+def test_a_corrupt_entry_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
+    _run(tmp_path)
+    for entry in _entries(tmp_path):
+        (entry / "manifest.json").write_text("{not json")
+    again = _run(tmp_path)
+    assert again["corrupt"] == 3 and again["stores"] == 3 and again["err"] < 1e-5
+    assert "cannot be loaded" in str(again["stderr"]) and "compiling it again" in str(again["stderr"])
+    assert _run(tmp_path)["hits"] == 3
+
+
+def test_concurrent_processes_share_the_cache_safely(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: _run(tmp_path), range(3)))
+    assert all(r["err"] < 1e-5 for r in results)
+    assert len(_entries(tmp_path)) == 3
+    assert not [p for p in (tmp_path / "graphs").glob("*/.*")], "no half-written entry is left behind"
+    assert _run(tmp_path)["hits"] == 3
+
+
+def test_the_size_bound_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    _run(tmp_path, PTC_CACHE_SIZE_MB="0.001")
+    # Each store evicts down to the bound, so at most the newest entry survives.
+    assert len(_entries(tmp_path)) <= 1
+
+
+def test_graph_cache_off_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    off = _run(tmp_path, PTC_GRAPH_CACHE="0")
+    assert off["stores"] == 0 and not _entries(tmp_path)
+    _run(tmp_path)
+    monkeypatch.setenv("PTC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PTC_INDUCTOR_CACHE_DIR", raising=False)
+    assert cache.cache_dir() == tmp_path
+    ptc.cache.clear()
+    assert not _entries(tmp_path) and not list((tmp_path / "inductor").rglob("*.so"))
+
+
+def test_keys_follow_the_graph_its_constants_and_the_settings() -> None:
+    def graph(constant: torch.Tensor) -> torch.fx.GraphModule:
+        gm = torch.fx.symbolic_trace(lambda x: x)
+        gm.c = constant
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        c = g.get_attr("c")
+        g.output(g.call_function(torch.ops.aten.add.Tensor, (x, c)))
+        return torch.fx.GraphModule(gm, g)
+
+    ones = graph(torch.ones(3))
+    key = cache.graph_key(ones, [], "a")
+    assert key is not None and key == cache.graph_key(graph(torch.ones(3)), [], "a")
+    assert key != cache.graph_key(graph(torch.full((3,), 2.0)), [], "a")
+    assert key != cache.graph_key(ones, [], "b")
