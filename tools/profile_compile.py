@@ -50,6 +50,7 @@ STAGES = [
     ("inductor: C++ build (gcc)", "ptc_inductor.build", "_compile"),
     ("inductor: Triton codegen", "ptc_inductor.codegen.backend", "triton_backend"),
     ("inductor: Triton compile", "ptc_inductor.triton_runtime", "precompile"),
+    ("inductor: Triton compile wait", "ptc_inductor.triton_runtime.TritonLauncher", "resolve"),
     ("inductor: wrapper", "ptc_inductor.compiler", "generate_wrapper"),
 ]
 
@@ -107,7 +108,12 @@ def _install(timers: Timers) -> None:
         try:
             module = importlib.import_module(module_name)
         except ImportError:
-            continue
+            # A class's method: module.Class.
+            parent, _, cls = module_name.rpartition(".")
+            try:
+                module = getattr(importlib.import_module(parent), cls)
+            except (ImportError, AttributeError):
+                continue
         if hasattr(module, attr):
             setattr(module, attr, timers.wrap(name, getattr(module, attr)))
 

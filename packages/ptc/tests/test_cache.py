@@ -34,6 +34,7 @@ PROGRAM = textwrap.dedent(
         infer = ptc.compile(lambda t: torch.softmax(t * 3, -1) + 1)(x)
     err = max([(out - expected).abs().max().item(), (infer - (torch.softmax(x * 3, -1) + 1)).abs().max().item()]
               + [(p.grad - g).abs().max().item() for p, g in zip(model.parameters(), grads)])
+    ptc.cache.flush()
     s = ptc.cache.STATS
     print(json.dumps({"hits": s.hits, "misses": s.misses, "stores": s.stores, "corrupt": s.corrupt, "err": err}))
     """

@@ -182,7 +182,7 @@ def _encode_kernel(call: KernelCall, path: str) -> dict[str, Any]:
     from .triton_runtime import canonical
 
     binaries = []
-    for (config_key, aligned), binary in sorted(launcher.binaries.items()):
+    for (config_key, aligned), binary in sorted(launcher.resolve().items()):
         # Named by the canonical kernel: the copies of a repeated kernel share one file.
         file = f"{canonical(launcher.kernel).symbol}.{config_key}.{''.join('1' if a else '0' for a in aligned)}.cubin"
         if not os.path.exists(os.path.join(path, file)):

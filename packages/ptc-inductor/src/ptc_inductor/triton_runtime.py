@@ -206,6 +206,7 @@ def _prepare_worker() -> None:
 
 _POOL: concurrent.futures.ProcessPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+_RESOLVE_LOCK = threading.Lock()
 
 
 def compile_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
@@ -259,6 +260,8 @@ class TritonLauncher:
         self._variants: dict[tuple[bool, ...], Any] = {}
         # Binaries the compile workers made, by (config key, pointer alignment).
         self.binaries: dict[tuple[str, tuple[bool, ...]], KernelBinary] = {}
+        # Binaries the workers are still compiling (see precompile): resolved at first use.
+        self._pending: dict[tuple[str, tuple[bool, ...]], concurrent.futures.Future[KernelBinary | None]] = {}
         # ptc's launcher (cuda_launch.py), or None: launch through Triton's.
         self._launch = launch
         # Read once: Triton itself decides interpretation when it is imported, and an
@@ -325,9 +328,21 @@ class TritonLauncher:
         return _compile(self.path, canonical(self.kernel).symbol, signature(self.kernel), _constexprs(self.kernel, use), aligned,
                         use.num_warps, use.num_stages, _target(args[0].device), self.fn)
 
+    def resolve(self) -> dict[tuple[str, tuple[bool, ...]], KernelBinary]:
+        """Every candidate's binary, by (config key, pointer alignment), once the workers compiled them."""
+        if self._pending:
+            with _RESOLVE_LOCK:
+                for variant, future in list(self._pending.items()):
+                    binary = future.result()
+                    if binary is not None:
+                        self.binaries[variant] = binary
+                    del self._pending[variant]
+        return self.binaries
+
     def _load_variant(self, args: Sequence[torch.Tensor], aligned: tuple[bool, ...]) -> Any:
         """Load the current config's binary for this pointer alignment onto the device."""
         assert self.config is not None
+        self.resolve()
         binary = self.binaries.get((self.config.key(), aligned))
         compiled = None
         if binary is None:  # not precompiled (an unaligned pointer): compile here
@@ -444,8 +459,10 @@ def load_launchers(
 
 
 def precompile(launchers: Sequence[TritonLauncher], device: torch.device, options: TritonOptions) -> float:
-    """Compile every (kernel, candidate config) in parallel workers (Triton's disk cache makes a
-    second process's compile a lookup); each launcher keeps its binaries. Returns the wall time."""
+    """Compile every (kernel, candidate config), in parallel workers where there are several
+    (Triton's disk cache makes a second process's compile a lookup). With workers, the jobs are
+    only submitted: each launcher takes its binaries at first use (``TritonLauncher.resolve``).
+    Returns the seconds spent here."""
     start = time.perf_counter()
     target = _target(device)
     # Identical canonical kernels (one per repeated block) make identical jobs: each compiles once.
@@ -461,13 +478,17 @@ def precompile(launchers: Sequence[TritonLauncher], device: torch.device, option
             jobs.setdefault(key, job)
             users.setdefault(key, []).append((la, (cfg.key(), aligned)))
     if options.compile_workers > 1 and len(jobs) > 1:
+        # The workers compile while the caller goes on (the next graph's lowering, the first
+        # run of an earlier graph); a launcher waits for its own binaries at its first launch.
         pool = compile_pool(options.compile_workers)
-        futures = {key: pool.submit(_compile_in_worker, *job) for key, job in jobs.items()}
-        binaries = {key: fut.result() for key, fut in futures.items()}
-    else:
-        binaries = {key: _compile_in_worker(*job) for key, job in jobs.items()}
+        for key, job in jobs.items():
+            future = pool.submit(_compile_in_worker, *job)
+            for la, variant in users[key]:
+                la._pending[variant] = future
+        log.debug("submitted %d Triton kernel variants (%d distinct)", sum(map(len, users.values())), len(jobs))
+        return time.perf_counter() - start
     for key, found in users.items():
-        binary = binaries[key]
+        binary = _compile_in_worker(*jobs[key])
         if binary is not None:
             for la, variant in found:
                 la.binaries[variant] = binary

@@ -13,6 +13,7 @@ least recently used entries go first. ``PTC_GRAPH_CACHE=0`` turns the cache off.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import importlib.util
@@ -72,6 +73,7 @@ def enabled() -> bool:
 
 def clear() -> None:
     """Empty every ptc cache on disk: compiled graphs and kernels (Triton's own cache is Triton's)."""
+    flush()
     for path in (cache_dir() / _GRAPHS, Path(inductor_cache_dir())):
         shutil.rmtree(path, ignore_errors=True)
     if importlib.util.find_spec("ptc_inductor") is not None:
@@ -179,6 +181,26 @@ def store(key: str, save: Any) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         return
     _bound(cache_dir() / _GRAPHS, _limit_bytes())
+
+
+_WRITER: concurrent.futures.ThreadPoolExecutor | None = None
+_PENDING: list[concurrent.futures.Future[None]] = []
+
+
+def store_later(key: str, save: Any) -> None:
+    """:func:`store`, on a background thread: saving a graph waits for its kernels' compiles, which
+    would otherwise keep the next graph's compile waiting. Entries are written before the process
+    exits (the thread is joined at exit) or at :func:`flush`."""
+    global _WRITER
+    if _WRITER is None:
+        _WRITER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ptc-cache")
+    _PENDING.append(_WRITER.submit(store, key, save))
+
+
+def flush() -> None:
+    """Wait until every entry :func:`store_later` was given is written."""
+    while _PENDING:
+        _PENDING.pop().result()
 
 
 def _limit_bytes() -> int:

@@ -102,7 +102,7 @@ def _compile_core(gm: torch.fx.GraphModule, options: CompileOptions, config: Any
     log.info("decomposed and compiled a graph of %d nodes in %.1f ms", len(core.graph.nodes), (time.perf_counter() - start) * 1e3)
     # A compile that decided on sizes carries guards the entry could not give back: not cached.
     if key is not None and _with_decisions(compiled, gm, core) is compiled:
-        cache.store(key, lambda path: ptc_inductor.save_artifact(compiled, path))
+        cache.store_later(key, lambda path: ptc_inductor.save_artifact(compiled, path))
     return compiled, core
 
 
