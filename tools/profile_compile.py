@@ -39,6 +39,8 @@ DYNAMO_IMPORT = "torch._dynamo import (torch's)"
 STAGES = [
     ("capture", "ptc_capture.capture", "capture_frame"),
     ("boundary round-trips", "ptc.pipeline", "handoff"),
+    ("aot: program cache key", "ptc_aot.program_cache", "material"),
+    ("aot: program cache load", "ptc_aot.api", "read_program"),
     ("aot: trace", "ptc_aot.api", "trace_program"),
     ("aot: functionalize", "ptc_aot.api", "functionalize"),
     ("aot: partition", "ptc_aot.api", "partition"),

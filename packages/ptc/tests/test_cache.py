@@ -36,7 +36,8 @@ PROGRAM = textwrap.dedent(
               + [(p.grad - g).abs().max().item() for p, g in zip(model.parameters(), grads)])
     ptc.cache.flush()
     s = ptc.cache.STATS
-    print(json.dumps({"hits": s.hits, "misses": s.misses, "stores": s.stores, "corrupt": s.corrupt, "err": err}))
+    print(json.dumps({"hits": s.hits, "misses": s.misses, "stores": s.stores, "corrupt": s.corrupt, "err": err,
+                      "programs": [s.program_hits, s.program_misses, s.program_stores, s.program_corrupt]}))
     """
 )
 
@@ -51,8 +52,8 @@ def _run(cache_dir: Path, scale: int = 4, **env: str) -> dict[str, float]:
     return result
 
 
-def _entries(cache_dir: Path) -> list[Path]:
-    return [p for p in (cache_dir / "graphs").glob("*/*") if not p.name.startswith(".")]
+def _entries(cache_dir: Path, section: str = "graphs") -> list[Path]:
+    return [p for p in (cache_dir / section).glob("*/*") if not p.name.startswith(".")]
 
 
 def test_a_second_process_loads_every_graph_and_matches_eager(tmp_path: Path) -> None:
@@ -62,8 +63,11 @@ def test_a_second_process_loads_every_graph_and_matches_eager(tmp_path: Path) ->
     assert first["err"] < 1e-5
     assert len(_entries(tmp_path)) == 3
     assert list((tmp_path / "inductor").rglob("*.so")), "PTC_CACHE_DIR holds the kernel cache too"
+    # The training and the inference program: [hits, misses, stores, corrupt].
+    assert first["programs"] == [0, 2, 2, 0] and len(_entries(tmp_path, "aot")) == 2
     second = _run(tmp_path)
     assert (second["hits"], second["misses"], second["stores"]) == (3, 0, 0)
+    assert second["programs"] == [2, 0, 0, 0]
     assert second["err"] < 1e-5
     # Another model (another output width) is another set of graphs.
     third = _run(tmp_path, scale=5)
@@ -78,6 +82,17 @@ def test_a_corrupt_entry_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
     assert again["corrupt"] == 3 and again["stores"] == 3 and again["err"] < 1e-5
     assert "cannot be loaded" in str(again["stderr"]) and "compiling it again" in str(again["stderr"])
     assert _run(tmp_path)["hits"] == 3
+
+
+def test_a_corrupt_program_entry_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
+    _run(tmp_path)
+    for entry in _entries(tmp_path, "aot"):
+        (entry / "plan.json").write_text("{not json")
+    again = _run(tmp_path)
+    assert again["programs"] == [0, 2, 2, 2] and again["err"] < 1e-5
+    assert again["hits"] == 3, "the recompiled programs' graphs are the cached ones"
+    assert "cached program" in str(again["stderr"]) and "compiling it again" in str(again["stderr"])
+    assert _run(tmp_path)["programs"] == [2, 0, 0, 0]
 
 
 def test_concurrent_processes_share_the_cache_safely(tmp_path: Path) -> None:
@@ -103,7 +118,7 @@ def test_graph_cache_off_and_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("PTC_INDUCTOR_CACHE_DIR", raising=False)
     assert cache.cache_dir() == tmp_path
     ptc.cache.clear()
-    assert not _entries(tmp_path) and not list((tmp_path / "inductor").rglob("*.so"))
+    assert not _entries(tmp_path) and not _entries(tmp_path, "aot") and not list((tmp_path / "inductor").rglob("*.so"))
 
 
 def test_keys_follow_the_graph_its_constants_and_the_settings() -> None:
@@ -120,4 +135,6 @@ def test_keys_follow_the_graph_its_constants_and_the_settings() -> None:
     key = cache.graph_key(ones, [], "a")
     assert key is not None and key == cache.graph_key(graph(torch.ones(3)), [], "a")
     assert key != cache.graph_key(graph(torch.full((3,), 2.0)), [], "a")
+    # The same bytes as another dtype is another constant.
+    assert key != cache.graph_key(graph(torch.ones(3).view(torch.int32)), [], "a")
     assert key != cache.graph_key(ones, [], "b")

@@ -3,9 +3,10 @@
 from . import events
 from .api import AotFunction, Compiler, aot, compile_program
 from .config import PARTITIONS, Config, config_from_env
-from .errors import DoubleBackwardError, PartitionError, PtcAotError, UnsupportedMutationError
+from .errors import CorruptProgramError, DoubleBackwardError, PartitionError, PtcAotError, UnsupportedMutationError
 from .functionalize import FunctionalGraph, functionalize
 from .partition import Partition, partition
+from .program_cache import ProgramCache
 from .runtime import CompiledProgram
 from .tracing import OutputPlan, TracedProgram, trace_program
 
@@ -17,11 +18,13 @@ __all__ = [
     "CompiledProgram",
     "Compiler",
     "Config",
+    "CorruptProgramError",
     "DoubleBackwardError",
     "FunctionalGraph",
     "OutputPlan",
     "Partition",
     "PartitionError",
+    "ProgramCache",
     "PtcAotError",
     "TracedProgram",
     "UnsupportedMutationError",

@@ -14,11 +14,12 @@ import torch.fx
 
 from ptc_spec import META_KEY, SymbolEnv, TensorMeta, TimedStep, dialect_of, roundtrip, save, shape_env_of
 
-from . import events
+from . import events, program_cache
 from .config import Config, config_from_env
 from .errors import PtcAotError
 from .functionalize import functionalize
 from .partition import partition, tangents
+from .program_cache import ProgramCache, ProgramParts
 from .runtime import CompiledProgram
 from .signature import Signature, dynamic_dims, make_dynamic
 from .tracing import trace_program
@@ -42,13 +43,23 @@ def compile_program(
     config: Config,
     tag: str = "",
     shape_env: SymbolEnv | None = None,
+    cache: ProgramCache | None = None,
 ) -> CompiledProgram:
     """Trace joint -> functionalize -> partition -> compile -> wrap, for one input signature.
 
     Inputs with symbolic sizes need ``shape_env`` (their symbols' SymbolEnv, which tracing
     extends with its guards); every graph handed to a compiler then records the SymbolEnv.
+    With a ``cache``, a program stored before (same graph, inputs and settings) skips the first
+    three steps: its stored graphs go to the compilers as they are.
     """
     start = time.perf_counter()
+    key = program_cache.material(fn, inputs, training, config, shape_env) if cache is not None else None
+    if cache is not None and key is not None:
+        stored = cache.get(key, read_program)
+        start = _stage("cache lookup", start)
+        if stored is not None:
+            log.info("loaded the program from the cache")
+            return _compile(stored, fw_compiler, bw_compiler, config)
     program = trace_program(fn, inputs, joint=training, shape_env=shape_env)
     start = _stage("trace", start)
     functional = functionalize(program.gm)
@@ -57,21 +68,44 @@ def compile_program(
     env = shape_env_of(functional.gm)
     if not program.joint:
         _dump(config, f"inference{tag}", functional.gm)
-        forward = fw_compiler(_boundary(config, functional.gm))
-        return CompiledProgram(
-            forward, None, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec,
-            shape_env=_with_compiler_guards(env, forward),
+        parts = ProgramParts(
+            functional.gm, None, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs,
+            program.out_spec, None, env,
         )  # fmt: skip
-    split = partition(functional, len(metas), config.partition)
-    _stage("partition", start)
-    _dump(config, f"joint{tag}", functional.gm)
-    _dump(config, f"forward{tag}", split.forward)
-    _dump(config, f"backward{tag}", split.backward)
-    forward = fw_compiler(_boundary(config, split.forward))
-    backward = bw_compiler(_boundary(config, split.backward))
+    else:
+        split = partition(functional, len(metas), config.partition)
+        _stage("partition", start)
+        _dump(config, f"joint{tag}", functional.gm)
+        _dump(config, f"forward{tag}", split.forward)
+        _dump(config, f"backward{tag}", split.backward)
+        parts = ProgramParts(
+            split.forward, split.backward, functional.num_outputs, functional.mutated_inputs, program.differentiable,
+            program.outputs, program.out_spec, tangents(functional, len(metas)), env,
+        )  # fmt: skip
+    write = program_cache.writer(parts) if cache is not None and key is not None else None
+    compiled = _compile(parts, fw_compiler, bw_compiler, config)
+    if cache is not None and key is not None and write is not None:
+        cache.put(key, write)
+    return compiled
+
+
+def read_program(directory: str) -> ProgramParts:
+    """The program a cache entry holds (a name of its own, so profilers can time loading)."""
+    return program_cache.read(directory)
+
+
+def _compile(parts: ProgramParts, fw_compiler: Compiler, bw_compiler: Compiler, config: Config) -> CompiledProgram:
+    """Hand the graphs to the compilers and wrap the results with the plan."""
+    forward = fw_compiler(_boundary(config, parts.forward))
+    if parts.backward is None:
+        return CompiledProgram(
+            forward, None, parts.num_outputs, parts.mutated_inputs, parts.differentiable, parts.outputs, parts.out_spec,
+            shape_env=_with_compiler_guards(parts.shape_env, forward),
+        )  # fmt: skip
+    backward = bw_compiler(_boundary(config, parts.backward))
     return CompiledProgram(
-        forward, backward, functional.num_outputs, functional.mutated_inputs, program.differentiable, program.outputs, program.out_spec,
-        tangents(functional, len(metas)), _with_compiler_guards(env, forward, backward),
+        forward, backward, parts.num_outputs, parts.mutated_inputs, parts.differentiable, parts.outputs, parts.out_spec,
+        parts.tangents, _with_compiler_guards(parts.shape_env, forward, backward),
     )  # fmt: skip
 
 
@@ -150,8 +184,10 @@ class AotFunction:
         bw_compiler: Compiler,
         config: Config,
         shape_env: SymbolEnv | None = None,
+        cache: ProgramCache | None = None,
     ) -> None:
         self._fn = fn
+        self._cache = cache
         self._fw_compiler = fw_compiler
         self._bw_compiler = bw_compiler
         self._config = config
@@ -187,7 +223,7 @@ class AotFunction:
             log.info("compiling %s%s program %s", "symbolic " if symbolic else "", "training" if training else "inference", tag or "0")
             # Tracing adds guards to its SymbolEnv: a copy keeps the caller's (and the next program's) as given.
             env = SymbolEnv.from_state(shape_env.state()) if symbolic and shape_env is not None else None
-            found = compile_program(self._fn, inputs, training, self._fw_compiler, self._bw_compiler, self._config, tag, env)
+            found = compile_program(self._fn, inputs, training, self._fw_compiler, self._bw_compiler, self._config, tag, env, self._cache)
             self._programs[(*key, len(self._programs)) if symbolic else key] = found
             if symbolic and found.shape_env is not None:
                 self._symbolic.append((Signature(training, key[1:], found.shape_env), found))
@@ -236,6 +272,7 @@ def aot(
     config: Config | None = None,
     *,
     shape_env: SymbolEnv | None = None,
+    cache: ProgramCache | None = None,
 ) -> AotFunction:
     """Return a callable running ``fn`` through compiled functional aten forward/backward graphs.
 
@@ -243,6 +280,7 @@ def aot(
     TensorMetas or Python values (baked in), or None to take a GraphModule's placeholder metadata.
     TensorMetas with symbolic sizes (``ptc_spec.dynamic_meta``) make the program symbolic in
     those dims; their symbols belong to ``shape_env`` (default: the SymbolEnv a GraphModule records).
+    ``cache`` (a :class:`ProgramCache`) keeps the programs of a GraphModule ``fn`` across processes.
     """
     chosen = config if config is not None else config_from_env()
     if partition is not None:
@@ -259,7 +297,7 @@ def aot(
         fn = roundtrip(fn)
     if shape_env is None and isinstance(fn, torch.fx.GraphModule):
         shape_env = shape_env_of(fn)
-    return AotFunction(fn, list(example_inputs), fw_compiler or _as_is, bw_compiler or _as_is, chosen, shape_env)
+    return AotFunction(fn, list(example_inputs), fw_compiler or _as_is, bw_compiler or _as_is, chosen, shape_env, cache)
 
 
 def _records_symbols(fn: Callable[..., Any]) -> bool:

@@ -17,3 +17,7 @@ class PartitionError(PtcAotError):
 
 class DoubleBackwardError(PtcAotError):
     """A gradient computed by a compiled backward was differentiated again."""
+
+
+class CorruptProgramError(PtcAotError):
+    """A program cache entry cannot be read; the cache drops it and the program is compiled again."""

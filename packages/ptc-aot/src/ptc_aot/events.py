@@ -1,7 +1,8 @@
 """Compile events for tools that watch ptc-aot (ptc's report).
 
-``STAGES`` gets one ``ptc_spec.TimedStep`` per stage of a program compile (``trace``,
-``functionalize``, ``partition``); steps are built only while someone is subscribed.
+``STAGES`` gets one ``ptc_spec.TimedStep`` per stage of a program compile (``cache lookup``
+when a program cache is given, ``trace``, ``functionalize``, ``partition``); steps are built
+only while someone is subscribed.
 """
 
 from __future__ import annotations

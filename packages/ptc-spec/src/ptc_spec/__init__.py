@@ -18,11 +18,11 @@ from .events import EventChannel, TimedStep
 from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_meta, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
-from .serialize import FORMAT, dumps, load, loads, roundtrip, save
+from .serialize import FORMAT, decode_value, dumps, encode_value, load, loads, roundtrip, save
 from .shapes import SHAPE_ENV_KEY, SymbolEnv, record_shape_env, shape_env_of, symbol_values
 from .sym_exprs import Term, integer_valued, term_source, term_value, to_term
 from .symnode import SymNode, expr_of, symbolic
-from .targets import allow_target, is_allowed_target, target_name
+from .targets import allow_target, is_allowed_target, resolve_target, target_name
 from .tracer import TracedTensor, Tracer, finish, symbolic_dispatch, trace
 from .value_ranges import ValueRange
 
@@ -72,9 +72,11 @@ __all__ = [
     "check",
     "config_from_env",
     "contiguous_strides",
+    "decode_value",
     "dialect_of",
     "dumps",
     "dynamic_meta",
+    "encode_value",
     "expr_of",
     "fallback_problem",
     "integer_valued",
@@ -93,6 +95,7 @@ __all__ = [
     "overload_name",
     "record_shape_env",
     "require_dialect",
+    "resolve_target",
     "roundtrip",
     "run_meta",
     "running_statistics_dtype",

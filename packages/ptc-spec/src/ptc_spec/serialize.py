@@ -330,6 +330,11 @@ class _Decoder:
         )
 
 
+def decode_value(data: Any) -> Any:
+    """Decode a value ``encode_value`` wrote (one that refers to no graph node)."""
+    return _Decoder({}).value(data)
+
+
 def _lookup(table: dict[str, Any], key: Any, what: str) -> Any:
     try:
         return table[key]

@@ -9,6 +9,11 @@ torch, triton, Python and every ptc package's source. Entries live under ``PTC_C
 renamed into place, so concurrent processes never see half an entry; a corrupt entry is
 rebuilt with a warning; the total size is bounded (``PTC_CACHE_SIZE_MB``, default 2048): the
 least recently used entries go first. ``PTC_GRAPH_CACHE=0`` turns the cache off.
+
+The program cache (:class:`ProgramCache`, entries under ``aot/``) is the same one level up:
+ptc-aot's forward/backward graphs and runtime plan, keyed by the captured graph and its inputs,
+so that a warm start skips tracing, functionalization and partitioning too. Its entries are
+written, bounded (together with the graph entries) and rebuilt in the same way.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.fx
@@ -36,6 +42,8 @@ from ptc_spec.serialize import graph_to_json
 log = logging.getLogger("ptc.cache")
 
 _GRAPHS = "graphs"
+_PROGRAMS = "aot"
+T = TypeVar("T")
 
 
 @dataclass
@@ -46,11 +54,16 @@ class CacheStats:
     misses: int = 0
     stores: int = 0
     corrupt: int = 0
+    program_hits: int = 0
+    """ptc-aot programs loaded from the program cache (the four above count graphs)."""
+    program_misses: int = 0
+    program_stores: int = 0
+    program_corrupt: int = 0
 
 
 STATS = CacheStats()
-_PACKAGES = ("ptc", "ptc_spec", "ptc_decomp", "ptc_inductor")
-"""The packages whose code decides what an entry holds (capture and aot run before the key)."""
+_PACKAGES = ("ptc", "ptc_spec", "ptc_aot", "ptc_decomp", "ptc_inductor")
+"""The packages whose code decides what an entry holds (capture runs before either key)."""
 
 
 def cache_dir() -> Path:
@@ -72,9 +85,9 @@ def enabled() -> bool:
 
 
 def clear() -> None:
-    """Empty every ptc cache on disk: compiled graphs and kernels (Triton's own cache is Triton's)."""
+    """Empty every ptc cache on disk: aot programs, compiled graphs and kernels (Triton's own cache is Triton's)."""
     flush()
-    for path in (cache_dir() / _GRAPHS, Path(inductor_cache_dir())):
+    for path in (cache_dir() / _PROGRAMS, cache_dir() / _GRAPHS, Path(inductor_cache_dir())):
         shutil.rmtree(path, ignore_errors=True)
     if importlib.util.find_spec("ptc_inductor") is not None:
         import ptc_inductor.build
@@ -133,37 +146,68 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], settings: str
         value: Any = gm
         for part in name.split("."):
             value = getattr(value, part)
+        # Same bytes in another dtype (or shape) is another constant: graph_to_json records neither.
+        digest.update(f"{name}|{value.dtype}|{tuple(value.shape)}".encode())
         digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
 
 
-def _entry(key: str) -> Path:
-    return cache_dir() / _GRAPHS / key[:2] / key
+def _entry(section: str, key: str) -> Path:
+    return cache_dir() / section / key[:2] / key
 
 
-def lookup(key: str, load: Any) -> Any:
-    """The compiled graph of entry ``key`` read by ``load(path)``, or None on a miss; a corrupt
-    entry is removed with a warning, so that the caller compiles and stores it again."""
-    path = _entry(key)
+def _count(section: str, event: str) -> None:
+    name = event if section == _GRAPHS else f"program_{event}"
+    setattr(STATS, name, getattr(STATS, name) + 1)
+
+
+class ProgramCache:
+    """ptc-aot's program cache (the ``ptc_aot.ProgramCache`` protocol) on disk, under ``aot/``.
+
+    An entry's key hashes ptc-aot's material (the captured graph, its inputs and the settings)
+    with the code version (the source of every package that shapes a program).
+    """
+
+    def get(self, material: bytes, load: Callable[[str], T]) -> T | None:
+        """``load(directory)`` of the entry for ``material``; None on a miss or a corrupt entry."""
+        found: T | None = lookup(_program_key(material), load, section=_PROGRAMS)
+        return found
+
+    def put(self, material: bytes, write: Callable[[str], None]) -> None:
+        """Store the entry ``write(directory)`` writes, atomically."""
+        store(_program_key(material), write, section=_PROGRAMS)
+
+
+def _program_key(material: bytes) -> str:
+    digest = hashlib.sha256(_code_version().encode())
+    digest.update(material)
+    return digest.hexdigest()
+
+
+def lookup(key: str, load: Any, *, section: str = _GRAPHS) -> Any:
+    """The compiled graph (or aot program) of entry ``key`` read by ``load(path)``, or None on a
+    miss; a corrupt entry is removed with a warning, so that the caller compiles and stores it again."""
+    path = _entry(section, key)
     if not path.is_dir():
-        STATS.misses += 1
+        _count(section, "misses")
         return None
     try:
         compiled = load(str(path))
     except Exception as exc:  # whatever is wrong with an entry, compiling again is the cure
-        warnings.warn(f"ptc: the cached graph {path} cannot be loaded ({type(exc).__name__}: {exc}); compiling it again", stacklevel=2)
+        what = "graph" if section == _GRAPHS else "program"
+        warnings.warn(f"ptc: the cached {what} {path} cannot be loaded ({type(exc).__name__}: {exc}); compiling it again", stacklevel=2)
         shutil.rmtree(path, ignore_errors=True)
-        STATS.corrupt += 1
-        STATS.misses += 1
+        _count(section, "corrupt")
+        _count(section, "misses")
         return None
     os.utime(path)  # recently used: the size bound evicts it last
-    STATS.hits += 1
+    _count(section, "hits")
     return compiled
 
 
-def store(key: str, save: Any) -> None:
+def store(key: str, save: Any, *, section: str = _GRAPHS) -> None:
     """Write entry ``key`` with ``save(directory)``, atomically; a graph ``save`` refuses stays uncached."""
-    final = _entry(key)
+    final = _entry(section, key)
     if final.exists():
         return
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +215,7 @@ def store(key: str, save: Any) -> None:
     try:
         save(str(tmp))
         os.replace(tmp, final)
-        STATS.stores += 1
+        _count(section, "stores")
     except OSError:
         # Another process stored the same entry first (the rename found a non-empty directory).
         shutil.rmtree(tmp, ignore_errors=True)
@@ -180,7 +224,7 @@ def store(key: str, save: Any) -> None:
         log.debug("graph %s not cached: %s", key[:16], exc)
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    _bound(cache_dir() / _GRAPHS, _limit_bytes())
+    _bound([cache_dir() / _GRAPHS, cache_dir() / _PROGRAMS], _limit_bytes())
 
 
 _WRITER: concurrent.futures.ThreadPoolExecutor | None = None
@@ -210,10 +254,10 @@ def _limit_bytes() -> int:
         return 2048 * 2**20
 
 
-def _bound(root: Path, limit: int) -> None:
-    """Remove the least recently used entries until the entries under ``root`` fit in ``limit`` bytes."""
+def _bound(roots: list[Path], limit: int) -> None:
+    """Remove the least recently used entries until the entries under ``roots`` fit in ``limit`` bytes."""
     entries = []
-    for entry in root.glob("*/*"):
+    for entry in (e for root in roots for e in root.glob("*/*")):
         if entry.name.startswith("."):
             continue
         try:
@@ -227,4 +271,4 @@ def _bound(root: Path, limit: int) -> None:
             break
         shutil.rmtree(entry, ignore_errors=True)
         total -= size
-        log.debug("evicted cached graph %s (%d bytes)", entry.name[:16], size)
+        log.debug("evicted cached entry %s (%d bytes)", entry.name[:16], size)

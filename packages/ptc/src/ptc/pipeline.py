@@ -155,9 +155,12 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
 
         return stage
 
+    # A program loaded from the cache skips trace, functionalize and partition; its graphs still
+    # go through the stage compilers (and so the graph cache). A debug dump comes from a compile.
+    programs = cache.ProgramCache() if cache.enabled() and options.debug_dir is None else None
     compiled: Compiled = ptc_aot.aot(
         handoff(gm, options), list(example_inputs), fw_compiler=stage_for("forward"), bw_compiler=stage_for("backward"),
-        partition=options.partition, dump_dir=options.debug_dir,
+        partition=options.partition, dump_dir=options.debug_dir, cache=programs,
     )
     return compiled
 
