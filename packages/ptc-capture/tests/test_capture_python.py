@@ -525,20 +525,6 @@ def test_itertools_over_tuples_ranges_and_module_lists_is_one_graph():
     assert backend.count == 1
 
 
-def _chain_of_a_list_changed_before_use(x):
-    import itertools
-
-    parts = [x]
-    chained = itertools.chain(parts, (x * 2,))
-    parts.append(x * 3)
-    return sum(chained)
-
-
-def test_itertools_chain_over_a_list_sees_later_changes_as_eager():
-    compiled = ptc_capture.optimize(CountingBackend())(_chain_of_a_list_changed_before_use)
-    compare_with_eager(compiled, _chain_of_a_list_changed_before_use, torch.randn(3))
-
-
 def _getters(x):
     import operator
 
@@ -627,15 +613,51 @@ def _partial_of_a_nested_function(x, k):
     return functools.partial(scale, by=2)(x)
 
 
+def _partial_over_python_functions(x):
+    bias = functools.partial(scaled, shift=x)  # a tensor bound in a partial
+    halve = functools.partial(Scaler(0.5).apply)
+    twice = functools.partial(functools.partial(scaled, factor=2.0), shift=1.0)
+    parts = (bias.func is scaled, bias.keywords["shift"] is x, len(twice.args), callable(halve))
+    return bias(x) + halve(x) + twice(x), parts, isinstance(bias, functools.partial)
+
+
 def test_functools_partial_made_in_the_trace():
     backend = CountingBackend()
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_partial_made_here)
     compare_with_eager(compiled, _partial_made_here, torch.randn(4))
     assert backend.count == 1
-    # Over a Python function (guarded by its code only) it breaks, and stays right.
-    compiled = ptc_capture.optimize(CountingBackend())(_partial_of_a_nested_function)
-    for k in (2.0, 3.0):
+    # Over Python functions (guarded by their code, their closures through their cells) and
+    # with tensors bound: a traced partial, one graph per closure value.
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_partial_of_a_nested_function)
+    for k in (2.0, 3.0, 2.0):
         compare_with_eager(compiled, _partial_of_a_nested_function, torch.randn(4), k)
+    assert backend.count == 2
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_partial_over_python_functions)
+    compare_with_eager(compiled, _partial_over_python_functions, torch.randn(4))
+    assert backend.count == 1
+
+
+def _dict_union_and_keyword_arguments(x):
+    merged = {"a": x} | {"b": x * 2, "a": x * 3}
+    merged |= {"c": x - 1}
+    merged.update({"d": 1}, e=x * 4)
+    made = dict([("f", x)], g=2)
+    order = [3, 1, 2]
+    order.sort(reverse=True)
+    tensors = [x * 2, x]
+    tensors.sort(key=lambda t: len(tensors) - len(t))  # CPython empties the list while sorting
+    keys = dict.fromkeys(("p", "q"), 0)
+    named = sorted(["bb", "a", "C"], key=str.lower)  # a C key function, applied natively
+    return merged["a"] + merged["e"] + made["f"] + order[0] + tensors[0] + len(keys), sorted(merged, reverse=True), named
+
+
+def test_dict_union_and_keyword_arguments_to_container_methods_are_one_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_dict_union_and_keyword_arguments)
+    compare_with_eager(compiled, _dict_union_and_keyword_arguments, torch.randn(4))
+    assert backend.count == 1
 
 
 @pytest.mark.parametrize(

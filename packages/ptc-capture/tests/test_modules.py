@@ -230,15 +230,127 @@ class _Stack(torch.nn.Module):
         return x
 
 
-def test_slicing_a_module_list_is_one_graph_and_never_recompiles():
+class _SlicedSequential(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh(), torch.nn.Linear(6, 6), torch.nn.ReLU())
+
+    def forward(self, x):
+        x = self.seq[1:3](x)
+        x = x + self.seq[::2](x)
+        return self.seq[-1](x) + len(self.seq[:2])
+
+
+def _insert_identity(model):
+    model.seq.insert(0, torch.nn.Identity())
+
+
+@pytest.mark.parametrize(
+    ("make", "change"),
+    [(_Stack, lambda model: setattr(model, "count", 2)), (_SlicedSequential, _insert_identity)],
+    ids=["module_list", "sequential"],
+)
+def test_slicing_a_module_container_is_one_graph_that_never_recompiles_on_the_slice(make, change):
     torch.manual_seed(0)
-    model = _Stack()
+    model = make()
     backend = CountingBackend()
     compiled = ptc_capture.optimize(backend, fullgraph=True)(model)
     for _ in range(3):
         compare_with_eager(compiled, model, torch.randn(2, 6))
-    # A slice is a new ModuleList each call; nothing may guard on its identity.
+    # A slice is a new container each call; nothing may guard on its identity.
     assert backend.count == 1
-    model.count = 2
+    # The slice's parameters are read through the parent: a trained weight is seen.
+    with torch.no_grad():
+        next(model.parameters()).mul_(2)
+    compare_with_eager(compiled, model, torch.randn(2, 6))
+    assert backend.count == 1
+    # Another slice bound or a changed parent picks other children.
+    change(model)
     compare_with_eager(compiled, model, torch.randn(2, 6))
     assert backend.count == 2
+
+
+class _Members(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.blocks = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+        self.tied = self.fc  # the same module twice: member iterators yield it once
+        self.register_buffer("scale", torch.full((4,), 0.5))
+        self.register_buffer("unused", None)
+
+    def forward(self, x):
+        for name, p in self.named_parameters():
+            x = x + p.sum() * len(name)
+        for p in self.parameters(recurse=False):
+            x = x * p.sum()  # never runs: no parameters of its own
+        names = [n for n, _ in self.blocks.named_parameters(prefix="b")]
+        for name, b in self.named_buffers():
+            x = x * b + len(name)
+        for name, child in self.named_children():
+            x = x + len(name) * len(list(child.children()))
+        modules = [m for m in self.modules()]
+        shapes = [tuple(p.shape) for p in self.blocks.parameters()]
+        return (x * len(modules) + sum(len(n) for n, _ in self.named_modules()) + len(names) + len(shapes),
+                next(self.parameters()).dtype, names, [n for n, _ in self.named_modules(prefix="root")])
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_iterating_module_members_in_forward_is_one_graph(training):
+    torch.manual_seed(0)
+    model = _Members().train(training)
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(model)
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    assert backend.count == 1
+
+
+def test_module_members_are_guarded_on_the_module_tree():
+    torch.manual_seed(0)
+    model = _Members()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(model)
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    model.blocks.append(torch.nn.Linear(4, 4))
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    assert backend.count == 2
+    model.fc.bias = None
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    assert backend.count == 3
+    model.unused = torch.ones(4)
+    compare_with_eager(compiled, model, torch.randn(3, 4))
+    assert backend.count == 4
+
+
+_ACTIVATIONS = {"relu": torch.nn.ReLU, "gelu": (torch.nn.GELU, {"approximate": "tanh"})}
+
+
+def _activation(name):
+    # As transformers' ACT2FN: a new module object on every lookup.
+    found = _ACTIVATIONS[name]
+    cls, options = found if isinstance(found, tuple) else (found, {})
+    return cls(**options)
+
+
+def _builds_stateless_modules(x):
+    pool = torch.nn.MaxPool1d(kernel_size=2)
+    average = torch.nn.AvgPool2d((1, 2))  # a tuple attribute, read without a source
+    return _activation("relu")(x) + _activation("gelu")(x) + pool(x[None])[0].sum() + average(x[None]).sum()
+
+
+def test_torch_modules_without_tensors_made_in_forward_are_one_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_builds_stateless_modules)
+    for _ in range(2):
+        compare_with_eager(compiled, _builds_stateless_modules, torch.randn(3, 4))
+    assert backend.count == 1
+
+
+def _builds_a_linear(x):
+    return torch.nn.Linear(4, 4)(x)
+
+
+def test_a_module_with_parameters_made_in_forward_breaks_and_runs_as_eager():
+    explained = ptc_capture.explain(_builds_a_linear)(torch.randn(3, 4))
+    assert "parameters or buffers" in explained.break_reasons[0].reason

@@ -210,7 +210,7 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
     for var in values:
         if var.kind == "tensor":
             found.setdefault(var.node, var)
-        elif var.kind == "tuple" or var.kind in ("method", "tensor_method", "container_method"):
+        elif var.kind == "tuple" or var.kind in ("method", "tensor_method", "container_method", "partial"):
             _tensors_in(list(var.items), found)
         elif var.kind == "deferred":
             # The call runs after the graph on its tensor arguments: they are graph outputs.
@@ -220,7 +220,7 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
         elif var.kind == "dict":
             _tensors_in(list(var.box.items.values()), found)
         elif var.kind == "iter":
-            _tensors_in(list(var.box.items[var.box.pos :]), found)
+            _tensors_in(var.box.pending(), found)
         elif var.kind == "userobj":
             _tensors_in(list(var.box.attrs.values()), found)
             if var.box.items is not None:

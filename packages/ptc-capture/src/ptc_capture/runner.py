@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
+import itertools
 import logging
 import math
 import types
@@ -31,11 +33,18 @@ from ptc_capture.logs import channel
 from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
 from ptc_capture.side_effects import Effect
 from ptc_capture.symbolic_sizes import pytype_of, size_source, symbol_name
-from ptc_capture.variables import Var
+from ptc_capture.variables import IterBox, Var
 
 __all__ = ["BreakPlan", "RunnerSource", "build_runner", "direct_target", "make_replacement"]
 
 _log = channel("graph_code")
+
+
+def _list_iterator(items: list[Any], position: int) -> Any:
+    """CPython's iterator over ``items``, advanced to ``position`` (a resume function wraps it as one)."""
+    found = iter(items)
+    found.__setstate__(position)  # type: ignore[attr-defined]
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +132,9 @@ class RunnerSource:
             return f"{self.expr(var.items[0])}.{var.value}"
         if kind == "closure":
             return self._function(var)
+        if kind == "partial":
+            target, bound, keywords = var.items
+            return f"{self.k(functools.partial)}({self.expr(target)}, *{self.expr(bound)}, **{self.expr(keywords)})"
         if kind == "deferred":
             return self._deferred(var)
         if kind == "sym":
@@ -199,10 +211,23 @@ class RunnerSource:
         elif var.kind == "dict":
             name = self.temp("{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}")
         else:
-            rest = var.box.items[var.box.pos :]
-            name = self.temp("iter([" + ", ".join(self.expr(v) for v in rest) + "])")
+            name = self.temp(self._iterator(var.box))
         self.memo[id(var.box)] = name
         return name
+
+    def _iterator(self, box: IterBox) -> str:
+        # The same items in the same order, read as lazily as the traced iterator would have:
+        # a list's iterator reads the list from its position on, a chain's inputs stay unread.
+        if box.step is not None:
+            raise Unsupported("a lazy iterator (map, zip, itertools) made in the trace cannot be rebuilt after the graph")
+        parts = [] if box.inner is None else [self.expr(box.inner)]
+        if box.over is not None:
+            parts.append(f"{self.k(_list_iterator)}({self.expr(box.over)}, {box.pos})")
+        elif box.pos < len(box.items) or not parts:
+            parts.append("iter([" + ", ".join(self.expr(v) for v in box.items[box.pos :]) + "])")
+        if box.outer is not None:
+            parts.append(f"{self.k(itertools.chain.from_iterable)}({self.expr(box.outer)})")
+        return parts[0] if len(parts) == 1 else f"{self.k(itertools.chain)}({', '.join(parts)})"
 
     def _function(self, var: Var) -> str:
         # A function made inside the trace is rebuilt with fresh cells holding the traced

@@ -11,7 +11,9 @@ method: ``items[0]`` is self), ``tensor_method`` (``value`` is the method name),
 tracing: ``value`` is its class, its attributes and, for dict subclasses, its contents are in
 an ObjBox; see interpreter/objects.py), ``sym`` (a size computed from dynamic input sizes:
 ``value`` is a torch.SymInt, SymFloat or SymBool; see symbolic_sizes.py), ``slice`` (a slice
-with a symbolic bound: ``items`` are start, stop and step).
+with a symbolic bound: ``items`` are start, stop and step), ``partial`` (a functools.partial
+made in the trace over values without a Python value: ``items`` are the function, the tuple of
+bound arguments and the dict of bound keywords).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import collections
 import math
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,10 +61,28 @@ class DictBox:
 
 @dataclass(slots=True, eq=False)
 class IterBox:
-    """An iterator over known items; ``pos`` is the next one."""
+    """An iterator: ``inner`` (an iterator Var being drained) first, then ``items`` from ``pos``,
+    then each iterable ``outer`` (an iterator Var) yields, read only when reached; or, with
+    ``step``, items made one at a time.
+
+    ``items`` is the list's own ``ListBox.items`` when ``over`` is a list Var: the iterator then
+    sees changes made to the list after it was made, as CPython's list iterator does (it reads
+    by index). ``outer`` is how ``itertools.chain`` reads its inputs lazily.
+    """
 
     items: list[Var]
     pos: int = 0
+    over: Var | None = None
+    inner: Var | None = None
+    outer: Var | None = None
+    step: Callable[[Any], Var | None] | None = None
+    """Makes the next item on demand (given the Frame), None at the end: lazy iterators such as
+    map(), zip() and itertools.count(); read before everything else."""
+
+    def pending(self) -> list[Var]:
+        """The Vars this iterator may still produce or read (for liveness and rebuilding)."""
+        rest = list(self.items[self.pos :])
+        return rest + [v for v in (self.inner, self.outer) if v is not None]
 
 
 @dataclass(slots=True, eq=False)
@@ -168,9 +189,9 @@ def _wrap_iterator(state: CaptureState, value: Any, source: Source) -> Var:
     reduce_source = Source("reduce", None, source)
     state.guards.add(Guard("const", reduce_source.item(2), position))
     seq_var = state.wrap(sequence, reduce_source.item(1).item(0))
+    if seq_var.kind == "list":
+        return Var("iter", box=IterBox(seq_var.box.items, position, over=seq_var))
     items = list(seq_var.items) if seq_var.kind == "tuple" else None
-    if items is None and seq_var.kind == "list":
-        items = list(seq_var.box.items)
     if items is None and seq_var.kind == "const" and isinstance(seq_var.value, range):
         items = [const(v) for v in seq_var.value]
     if items is None:

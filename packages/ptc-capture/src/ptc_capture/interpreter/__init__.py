@@ -9,6 +9,8 @@ from ptc_capture.interpreter import (  # noqa: F401  (registration)
     classes,
     containers,
     control,
+    iterators,
+    module_members,
     objects,
     ops,
     stack,

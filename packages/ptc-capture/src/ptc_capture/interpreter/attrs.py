@@ -15,7 +15,7 @@ from ptc_capture.interpreter.classes import made_in_trace, unwrap_descriptor
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot, store_attr
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import from_python, graph_call
+from ptc_capture.interpreter.values import from_python, graph_call, module_child_source
 from ptc_capture.symbolic_sizes import concrete
 from ptc_capture.variables import NULL, DictBox, Var, const, size_var
 from ptc_spec import TensorMeta
@@ -98,7 +98,10 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
                 # Read through the table, as the trace did: `m._parameters['w']` is a dict
                 # lookup, where `m.w` falls back to nn.Module.__getattr__ (about 1 us per step
                 # of every guard check and input fetch, hundreds of times a call in a model).
-                source = obj.source.attr(table).item(name) if obj.source is not None else None
+                if table == "_modules":
+                    source = module_child_source(obj, name)
+                else:
+                    source = obj.source.attr(table).item(name) if obj.source is not None else None
                 if found[name] is None:
                     return const(None, source)
                 return frame.state.wrap(found[name], source)
@@ -118,10 +121,21 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
     if obj.source is not None:
         source = Source("raw_attr", name, obj.source) if generic else obj.source.attr(name)
     if source is None and not isinstance(attr, (types.FunctionType, types.BuiltinFunctionType, type)):
-        if isinstance(attr, (int, float, str, bool, type(None), torch.dtype, torch.device)):
-            return const(attr)
+        if _plain_data(attr):
+            return from_python(attr)
         raise Unsupported(f"attribute .{name} of an object without a source")
     return frame.state.wrap(attr, source)
+
+
+_PLAIN_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device)
+
+
+def _plain_data(value: Any) -> bool:
+    """Immutable Python data (numbers, strings, dtypes and tuples of them): its value is all the
+    trace needs, so it is read as a constant even without a source (a kernel_size tuple)."""
+    if type(value) is tuple:
+        return all(_plain_data(v) for v in value)
+    return isinstance(value, _PLAIN_TYPES)
 
 
 def _unsupported_tensor(name: str) -> Var:
@@ -158,7 +172,13 @@ def load_attr(frame: Frame, obj: Var, name: str) -> Var:
         return userobj_attr(frame, obj, name)
     if kind == "deferred":
         return _deferred_attr(frame, obj, name)
+    if kind == "partial" and name in _PARTIAL_FIELDS:
+        return obj.items[_PARTIAL_FIELDS.index(name)]
     raise Unsupported(f"attribute .{name} of a {kind} is not supported")
+
+
+_PARTIAL_FIELDS = ("func", "args", "keywords")
+"""The attributes of a functools.partial, in the order a ``partial`` Var holds them."""
 
 
 def _deferred_attr(frame: Frame, obj: Var, name: str) -> Var:

@@ -16,9 +16,10 @@ import torch
 
 from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.calls import BUILTINS, Caller
+from ptc_capture.interpreter.containers import dict_items, sort_vars
 from ptc_capture.interpreter.ops import binary, compare, contains, fold, getitem, unary
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import as_const, from_python, sequence_items, truth
+from ptc_capture.interpreter.values import as_const, from_python, get_iter, iter_next, sequence_items, truth
 from ptc_capture.symbolic_sizes import pytype_of
 from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
 
@@ -57,6 +58,8 @@ def python_type(var: Var) -> type:
         return list if kind == "list" else dict
     if kind == "closure":
         return types.FunctionType
+    if kind == "partial":
+        return functools.partial
     if kind == "iter":
         return type(iter([]))
     if kind in ("const", "function", "callable", "module", "object"):
@@ -113,7 +116,7 @@ def _issubclass(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 @builtin(callable)
 def _callable(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     value = args[0]
-    if value.kind in ("function", "closure", "method", "tensor_method", "module"):
+    if value.kind in ("function", "closure", "method", "tensor_method", "module", "partial"):
         return const(True)
     if value.kind in ("tensor", "tuple", "list", "dict", "iter"):
         return const(False)
@@ -162,61 +165,24 @@ def _range(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return const(range(*[as_const(a, "range()") for a in args]))
 
 
-@builtin(enumerate)
-def _enumerate(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    start = as_const(kwargs["start"] if "start" in kwargs else (args[1] if len(args) > 1 else const(0)), "start")
-    items = sequence_items(frame, args[0])
-    pairs = [Var("tuple", tuple, items=(const(start + i), v)) for i, v in enumerate(items)]
-    return Var("iter", box=IterBox(pairs))
-
-
-@builtin(zip)
-def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    columns = [sequence_items(frame, a) for a in args]
-    if kwargs.get("strict") is not None and truth(kwargs["strict"]) and len({len(c) for c in columns}) > 1:
-        # Eager raises ValueError when the shortest runs out; it raises there with its traceback.
-        raise Unsupported("zip(strict=True) over sequences of different lengths (ValueError in eager)")
-    rows = [Var("tuple", tuple, items=tuple(row)) for row in zip(*columns)]
-    return Var("iter", box=IterBox(rows))
+_NOT_CALLABLE = ("tensor", "tuple", "list", "dict", "iter", "sym", "slice", "null")
 
 
 @builtin(functools.partial)
 def _partial(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    # Over a function and constants: a real partial object, a constant (calls apply it, see
-    # calls.py). Bound tensors or traced closures would need a traced partial: a break.
     target = args[0] if args else None
-    # (Python functions are guarded by their code only, so one baked in here could be a stale
-    # object on a later call: only builtins and torch functions, guarded by identity.)
-    if target is None or target.kind not in ("callable", "const") or not callable(target.value):
-        raise Unsupported(f"functools.partial of a {target.kind if target else 'missing'} function")
-    values = [as_const(a, "a partial argument") for a in args[1:]]
-    keywords = {k: as_const(v, "a partial argument") for k, v in kwargs.items()}
-    return const(_eagerly(functools.partial, target.value, *values, **keywords))
-
-
-@builtin(map)
-def _map(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    # Run to completion when made, as inlined generators are: the same values as eager's
-    # lazy map unless the function's side effects interleave with the consumer's.
-    from ptc_capture.interpreter.calls import call
-
-    if len(args) < 2 or kwargs:
-        raise Unsupported("map() without an iterable (TypeError in eager)")
-    columns = [sequence_items(frame, a) for a in args[1:]]
-    return Var("iter", box=IterBox([call(frame, args[0], list(row), {}) for row in zip(*columns)]))
-
-
-@builtin(filter)
-def _filter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    from ptc_capture.interpreter.calls import call
-
-    if len(args) != 2 or kwargs:
-        raise Unsupported("filter() takes a function and an iterable (TypeError in eager)")
-    keep = args[0]
-    items = sequence_items(frame, args[1])
-    if keep.kind == "const" and keep.value is None:
-        return Var("iter", box=IterBox([v for v in items if truth(v, frame)]))
-    return Var("iter", box=IterBox([v for v in items if truth(call(frame, keep, [v], {}), frame)]))
+    if target is None or target.kind in _NOT_CALLABLE or (target.kind == "const" and not callable(target.value)):
+        raise Unsupported("functools.partial of a value that is not callable (TypeError in eager)")
+    bound = Var("tuple", tuple, items=tuple(args[1:]))
+    if target.kind in ("callable", "const") and is_python_value(bound) and all(is_python_value(v) for v in kwargs.values()):
+        # A builtin or torch function (guarded by identity) over constants: a real partial
+        # object, a constant (calls apply it, see calls.py).
+        values = [as_const(a, "a partial argument") for a in args[1:]]
+        keywords = {k: as_const(v, "a partial argument") for k, v in kwargs.items()}
+        return const(_eagerly(functools.partial, target.value, *values, **keywords))
+    # Anything else (a Python function, guarded by its code only, a closure, bound tensors):
+    # a traced partial whose parts are Vars, each keeping its own guards.
+    return Var("partial", functools.partial, items=(target, bound, Var("dict", box=DictBox(dict(kwargs)))))
 
 
 @builtin(reversed)
@@ -226,9 +192,9 @@ def _reversed(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 @builtin(iter)
 def _iter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    if args[0].kind == "iter":
-        return args[0]
-    return Var("iter", box=IterBox(sequence_items(frame, args[0])))
+    if len(args) != 1 or kwargs:
+        raise Unsupported("iter() with a sentinel")
+    return get_iter(frame, args[0])
 
 
 @builtin(next)
@@ -236,12 +202,11 @@ def _next(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     it = args[0]
     if it.kind != "iter":
         raise Unsupported(f"next() on a {it.kind}")
-    if it.box.pos >= len(it.box.items):
+    item = iter_next(frame, it)
+    if item is None:
         if len(args) > 1:
             return args[1]
         raise Unsupported("next() on an exhausted iterator (StopIteration in eager)")
-    it.box.pos += 1
-    item: Var = it.box.items[it.box.pos - 1]
     return item
 
 
@@ -257,17 +222,20 @@ def _tuple(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 @builtin(dict)
 def _dict(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    items: dict[Any, Var] = {}
-    if args:
-        source = args[0]
-        if source.kind == "dict":
-            items.update(source.box.items)
-        else:
-            for pair in sequence_items(frame, source):
-                key, value = sequence_items(frame, pair)
-                items[as_const(key, "a dict key")] = value
+    if len(args) > 1:
+        raise Unsupported("dict() takes at most one positional argument (TypeError in eager)")
+    items = dict_items(frame, args[0]) if args else {}
     items.update(kwargs)
     return Var("dict", box=DictBox(items))
+
+
+@builtin(vars(dict)["fromkeys"])
+def _dict_fromkeys(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # Every key maps to the one value object, as in eager.
+    if not 1 <= len(args) <= 2 or kwargs:
+        raise Unsupported("dict.fromkeys() takes an iterable and a value (TypeError in eager)")
+    value = args[1] if len(args) > 1 else const(None)
+    return Var("dict", box=DictBox({as_const(k, "a dict key"): value for k in sequence_items(frame, args[0])}))
 
 
 def _reduce(frame: Frame, values: list[Var], symbol: str, start: Var | None) -> Var:
@@ -334,18 +302,10 @@ def _all(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 @builtin(sorted)
 def _sorted(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    values = [as_const(v, "sorted()") for v in sequence_items(frame, args[0])]
-    key = kwargs.get("key")
-    if key is not None and not is_python_value(key):
-        # A key written in Python (a lambda, a closure): traced once per item, in eager's order.
-        from ptc_capture.interpreter.calls import call
-
-        keys = [as_const(call(frame, key, [from_python(v)], {}), "a sort key") for v in values]
-        reverse = bool(as_const(kwargs["reverse"], "sorted()")) if "reverse" in kwargs else False
-        order = _eagerly(sorted, range(len(values)), key=keys.__getitem__, reverse=reverse)
-        return from_python([values[i] for i in order])
-    options = {k: as_const(v, "sorted()") for k, v in kwargs.items()}
-    return from_python(_eagerly(sorted, values, **options))
+    if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
+        raise Unsupported("sorted() takes one iterable, key= and reverse= (TypeError in eager)")
+    items = sort_vars(frame, sequence_items(frame, args[0]), kwargs.get("key"), kwargs.get("reverse"))
+    return Var("list", box=ListBox(items))
 
 
 def _is_number(var: Var) -> bool:
@@ -512,11 +472,20 @@ def _combinatoric(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 @builtin(itertools.chain)
 def _chain(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
-    # chain reads each input only when it gets there: a list could change before then, so
-    # only inputs that cannot change are chained now.
-    if any(a.kind == "list" or (a.kind == "object" and isinstance(a.value, list)) for a in args):
-        raise Unsupported("itertools.chain over a list (read lazily in eager)")
-    return Var("iter", box=IterBox([item for pool in _pools(frame, args) for item in pool]))
+    # chain takes an iterator of each input only when it gets there, so a list changed
+    # before then is read as changed (iter_next starts each input).
+    if kwargs:
+        raise Unsupported("itertools.chain() takes no keyword arguments (TypeError in eager)")
+    inputs = Var("iter", box=IterBox(list(args)))
+    return Var("iter", box=IterBox([], outer=inputs))
+
+
+@builtin(vars(itertools.chain)["from_iterable"])
+def _chain_from_iterable(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # The outer iterable is iterated lazily too: an input appended before it is reached is chained.
+    if len(args) != 1 or kwargs:
+        raise Unsupported("chain.from_iterable() takes one iterable (TypeError in eager)")
+    return Var("iter", box=IterBox([], outer=get_iter(frame, args[0])))
 
 
 @builtin(operator.itemgetter, operator.attrgetter)

@@ -350,7 +350,7 @@ def torch_call(frame: Frame, fn: Any, args: list[Var], kwargs: dict[str, Var]) -
 def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if getattr(value, DISABLED_ATTR, False):
         raise Unsupported(f"{getattr(value, '__qualname__', value)} is marked ptc_capture.disable")
-    builtin = BUILTINS.get(id(value))
+    builtin = BUILTINS.get(id(value)) or _class_method_rule(value)
     if builtin is not None:
         return builtin(frame, fn, args, kwargs)
     if id(value) in ALLOW_IN_GRAPH:
@@ -386,6 +386,8 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
 
         if constructible(value):
             return construct(frame, value, args, kwargs)
+    if isinstance(value, type) and issubclass(value, torch.nn.Module):
+        return _module_made_in_trace(frame, value, args, kwargs)
     if isinstance(value, type):
         raise Unsupported(f"constructing {name} objects is not supported yet")
     if type(value) in (operator.itemgetter, operator.attrgetter) and len(args) == 1 and not kwargs:
@@ -414,6 +416,25 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
     raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
 
 
+def _module_made_in_trace(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """An nn.Module constructed in the traced code (transformers' ``ACT2FN["relu"]`` makes an
+    ``nn.ReLU()`` on every call): one of torch's own modules that holds no tensors is made now,
+    at trace time, from Python values, as eager makes it; its forward then reads only those."""
+    if not (cls.__module__ or "").startswith("torch.nn."):
+        raise Unsupported(f"constructing a {cls.__name__} module inside the traced region is not supported")
+    values = [as_const(a, f"an argument of {cls.__name__}()") for a in args]
+    options = {k: as_const(v, f"an argument of {cls.__name__}()") for k, v in kwargs.items()}
+    try:
+        module = cls(*values, **options)
+    except Exception as exc:
+        raise Unsupported(f"{cls.__name__}() raised {type(exc).__name__} at trace time") from exc
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        # Its tensors would be new on every eager call (and initialized from the random generator).
+        raise Unsupported(f"an nn.{cls.__name__} with parameters or buffers is constructed inside the traced region")
+    frame.state.keepalive.append(module)
+    return Var("module", module)
+
+
 def _apply_getter(frame: Frame, getter: Any, obj: Var) -> Var:
     """``operator.itemgetter(*keys)(obj)`` / ``attrgetter(*names)(obj)``, key by key."""
     from ptc_capture.interpreter.attrs import load_attr
@@ -430,6 +451,16 @@ def _apply_getter(frame: Frame, getter: Any, obj: Var) -> Var:
                 value = load_attr(frame, value, name)
             found.append(value)
     return found[0] if len(found) == 1 else Var("tuple", tuple, items=tuple(found))
+
+
+def _class_method_rule(value: Any) -> Caller | None:
+    """The rule of a C classmethod read from its class (bound anew on every read, so its rule
+    is registered under the descriptor in the class's dict: ``itertools.chain.from_iterable``)."""
+    owner = getattr(value, "__self__", None)
+    if not isinstance(value, types.BuiltinMethodType) or not isinstance(owner, type):
+        return None
+    descriptor = vars(owner).get(value.__name__)
+    return None if descriptor is None else BUILTINS.get(id(descriptor))
 
 
 def _bound_builtin_rule(value: Any) -> Caller | None:
@@ -576,6 +607,13 @@ def _call_closure(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]
     bound = bind_arguments(made.code, args, kwargs, made.defaults, made.kwdefaults)
     cells = dict(zip(made.code.co_freevars, made.cells))
     return inline(frame, made.code, bound, made.f_globals, made.globals_source, {}, cells)
+
+
+@caller("partial")
+def _call_partial(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # partial(f, *a, **k)(*args, **kwargs) is f(*a, *args, **{**k, **kwargs}).
+    target, bound, keywords = fn.items
+    return call(frame, target, [*bound.items, *args], {**keywords.box.items, **kwargs})
 
 
 @caller("ctx_exit")

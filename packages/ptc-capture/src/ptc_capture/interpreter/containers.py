@@ -2,20 +2,77 @@
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
-from ptc_capture.interpreter.calls import caller
+from ptc_capture.interpreter.calls import call, caller
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, key_var, sequence_items
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
-__all__: list[str] = []
+__all__ = ["dict_items", "sort_vars"]
 
 
-def _list_method(frame: Frame, target: Var, name: str, args: list[Var]) -> Var:
+def dict_items(frame: Frame, source: Var) -> dict[Any, Var]:
+    """The entries ``dict(source)`` would have: a dict's own, or the pairs of an iterable of pairs."""
+    if source.kind == "dict":
+        return dict(source.box.items)
+    entries: dict[Any, Var] = {}
+    for pair in sequence_items(frame, source):
+        parts = sequence_items(frame, pair)
+        if len(parts) != 2:
+            raise Unsupported("a dict entry that is not a pair (ValueError in eager)")
+        entries[as_const(parts[0], "a dict key")] = parts[1]
+    return entries
+
+
+def sort_vars(frame: Frame, items: list[Var], key: Var | None, reverse: Var | None) -> list[Var]:
+    """``sorted(items, key=key, reverse=reverse)`` over Vars: the items keep their identity, and
+    the order comes from their keys, which must have Python values (a tensor key would be data)."""
+    if key is None or (key.kind == "const" and key.value is None):
+        keys = [as_const(v, "a sorted item") for v in items]
+    elif _native_key(key, items):
+        # A C function (len, str.lower, an itemgetter) over Python values: applied natively.
+        try:
+            keys = [key.value(as_const(v, "a sorted item")) for v in items]
+        except Exception as exc:
+            raise Unsupported(f"a sort key raised {type(exc).__name__} at trace time") from exc
+    else:
+        # A key function, written in Python or not, is traced once per item in eager's order.
+        keys = [as_const(call(frame, key, [v], {}), "a sort key") for v in items]
+    backwards = bool(as_const(reverse, "reverse=")) if reverse is not None else False
+    try:
+        order = sorted(range(len(items)), key=keys.__getitem__, reverse=backwards)
+    except TypeError as exc:
+        raise Unsupported("sorting compared values that do not order (TypeError in eager)") from exc
+    return [items[i] for i in order]
+
+
+def _native_key(key: Var, items: list[Var]) -> bool:
+    return (
+        key.kind in ("const", "callable")
+        and not isinstance(key.value, types.FunctionType)
+        and all(is_python_value(v) for v in items)
+    )
+
+
+def _list_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     items: list[Var] = target.box.items
     result: Var = const(None)
-    if name == "append":
+    if kwargs and name != "sort":
+        raise Unsupported(f"list.{name}() takes no keyword arguments (TypeError in eager)")
+    if name == "sort":
+        if args or set(kwargs) - {"key", "reverse"}:
+            raise Unsupported("list.sort() takes only key= and reverse= (TypeError in eager)")
+        # CPython empties the list while it sorts (a key function sees []), then puts the
+        # items back in place, where iterators over it (which share its items) see the new order.
+        before = list(items)
+        items.clear()
+        try:
+            before = sort_vars(frame, before, kwargs.get("key"), kwargs.get("reverse"))
+        finally:
+            items[:] = before
+    elif name == "append":
         items.append(args[0])
     elif name == "extend":
         items.extend(sequence_items(frame, args[0]))
@@ -40,8 +97,10 @@ def _list_method(frame: Frame, target: Var, name: str, args: list[Var]) -> Var:
     return result
 
 
-def _dict_method(frame: Frame, target: Var, name: str, args: list[Var]) -> Var:
+def _dict_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     items: dict[Any, Var] = target.box.items
+    if kwargs and name != "update":
+        raise Unsupported(f"dict.{name}() takes no keyword arguments (TypeError in eager)")
     if name == "get":
         return items.get(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
     if name == "keys":
@@ -54,9 +113,10 @@ def _dict_method(frame: Frame, target: Var, name: str, args: list[Var]) -> Var:
         return Var("dict", box=DictBox(dict(items)))
     if name in ("update", "pop", "setdefault", "clear"):
         if name == "update":
-            if args[0].kind != "dict":
-                raise Unsupported("dict.update from a non-dict")
-            items.update(args[0].box.items)
+            if len(args) > 1:
+                raise Unsupported("dict.update() takes at most one positional argument (TypeError in eager)")
+            items.update(dict_items(frame, args[0]) if args else {})
+            items.update(kwargs)
             result: Var = const(None)
         elif name == "pop":
             key = as_const(args[0], "a key")
@@ -77,12 +137,12 @@ def _dict_method(frame: Frame, target: Var, name: str, args: list[Var]) -> Var:
 @caller("container_method")
 def _call_container_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     target = fn.items[0]
-    if kwargs:
-        raise Unsupported("keyword arguments to container methods")
     if target.kind == "list":
-        return _list_method(frame, target, fn.value, args)
+        return _list_method(frame, target, fn.value, args, kwargs)
     if target.kind == "dict":
-        return _dict_method(frame, target, fn.value, args)
+        return _dict_method(frame, target, fn.value, args, kwargs)
+    if kwargs:
+        raise Unsupported(f"{target.kind}.{fn.value}() takes no keyword arguments (TypeError in eager)")
     if target.kind == "tuple" and fn.value in ("index", "count") and is_python_value(target):
         return from_python(getattr(python_value(target), fn.value)(*[as_const(a, "an argument") for a in args]))
     raise Unsupported(f"{target.kind}.{fn.value} is not supported")

@@ -11,8 +11,8 @@ from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.autocast import enter_region
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import sequence_items, truth
-from ptc_capture.variables import IterBox, Var, const
+from ptc_capture.interpreter.values import get_iter, iter_next, sequence_items, truth
+from ptc_capture.variables import Var, const
 from ptc_spec import META_KEY
 
 
@@ -66,11 +66,7 @@ def _jump_or_pop(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("GET_ITER")
 def _get_iter(frame: Frame, inst: dis.Instruction) -> None:
-    value = frame.pop()
-    if value.kind == "iter":
-        frame.push(value)
-        return
-    frame.push(Var("iter", box=IterBox(sequence_items(frame, value))))
+    frame.push(get_iter(frame, frame.pop()))
 
 
 @handler("FOR_ITER")
@@ -78,10 +74,9 @@ def _for_iter(frame: Frame, inst: dis.Instruction) -> None:
     iterator = frame.stack[-1]
     if iterator.kind != "iter":
         raise Unsupported(f"FOR_ITER over a {iterator.kind}")
-    box = iterator.box
-    if box.pos < len(box.items):
-        frame.push(box.items[box.pos])
-        box.pos += 1
+    item = iter_next(frame, iterator)
+    if item is not None:
+        frame.push(item)
         return
     frame.pop()
     frame.jump(inst.argval)

@@ -9,10 +9,19 @@ from typing import Any
 
 import torch
 
+from ptc_capture.guards import Guard
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import as_const, from_python, graph_call, is_plain_tuple, sequence_items, truth
-from ptc_capture.variables import ListBox, Var, const, is_python_value, python_value
+from ptc_capture.interpreter.values import (
+    as_const,
+    from_python,
+    graph_call,
+    is_plain_tuple,
+    module_child_source,
+    sequence_items,
+    truth,
+)
+from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
@@ -103,6 +112,14 @@ def _sequence_binary(frame: Frame, op: str, inplace: bool, a: Var, b: Var) -> Va
             return a
         if b.kind == "list":
             return Var("list", box=ListBox(a.box.items + extra))
+    if op == "|" and a.kind == "dict" and b.kind == "dict":
+        # dict union (PEP 584): the right operand's values win; |= updates in place.
+        if not inplace:
+            return Var("dict", box=DictBox({**a.box.items, **b.box.items}))
+        a.box.items.update(b.box.items)
+        if a.source is not None:
+            frame.state.side_effects.mutate_contents(a)
+        return a
     if op == "*" and a.kind in ("tuple", "list") and b.kind == "const" and type(b.value) is int:
         if a.kind == "tuple":
             return Var("tuple", a.value, items=a.items * b.value)
@@ -265,14 +282,22 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
         if isinstance(child, torch.nn.Module):
             named = [(name, m) for name, m in obj.value._modules.items() if m is not None]
             picked = [(name, m) for name, m in named if m is child]
+            if isinstance(key, slice) and obj.source is not None:
+                # Which children a slice picks depends on the parent's children.
+                modules = obj.value._modules
+                frame.state.guards.add(Guard("keys", obj.source.attr("_modules"), (type(modules), tuple(modules))))
             if isinstance(key, slice) and isinstance(obj.value, torch.nn.ModuleList):
                 # A fresh ModuleList each call (self.layers[:n]): traced as the list of its
                 # modules, each read through the parent, so nothing guards the new object.
                 picked = named[key]
                 return Var("list", box=ListBox([_child(frame, obj, name, m) for name, m in picked]))
+            if isinstance(key, slice) and isinstance(obj.value, torch.nn.Sequential):
+                # A fresh Sequential each call (self.seq[1:3]) that keeps its parent's child
+                # names: the real slice, its children read through the parent (module_child_source).
+                return Var("module", child, items=(obj,))
             if len(picked) == 1 and not isinstance(key, slice):
                 return _child(frame, obj, *picked[0])
-        raise Unsupported(f"slicing a {type(obj.value).__name__} is not supported (a ModuleList slice is)")
+        raise Unsupported(f"slicing a {type(obj.value).__name__} is not supported (ModuleList and Sequential slices are)")
     if kind == "userobj":
         from ptc_capture.interpreter.objects import call_slot
 
@@ -293,8 +318,7 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
 
 
 def _child(frame: Frame, container: Var, name: str, module: torch.nn.Module) -> Var:
-    source = container.source.attr("_modules").item(name) if container.source else None
-    return frame.state.wrap(module, source)
+    return frame.state.wrap(module, module_child_source(container, name))
 
 
 @handler("BINARY_SUBSCR")

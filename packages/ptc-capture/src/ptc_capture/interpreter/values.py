@@ -14,11 +14,11 @@ from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
 from ptc_capture.logs import channel
 from ptc_capture.symbolic_sizes import SYM_TYPES, concrete
-from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value, size_var
+from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
 
 __all__ = [
-    "as_const", "from_python", "graph_call", "has_tensor", "is_plain_tuple", "key_var", "sequence_items", "truth",
-    "unpack_deferred",
+    "as_const", "from_python", "get_iter", "graph_call", "has_tensor", "is_plain_tuple", "iter_next", "key_var", "module_child_source",
+    "sequence_items", "truth", "unpack_deferred",
 ]  # fmt: skip
 
 _deferred_log = channel("graph_breaks")
@@ -93,7 +93,7 @@ def truth(var: Var, frame: Frame | None = None) -> bool:
         return len(var.items) > 0
     if kind in ("list", "dict"):
         return len(var.box.items) > 0
-    if kind in ("function", "closure", "module", "callable", "method", "tensor_method"):
+    if kind in ("function", "closure", "module", "callable", "method", "tensor_method", "partial"):
         return True
     if is_python_value(var):
         return bool(python_value(var))
@@ -114,9 +114,12 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
     if kind == "dict":
         return [key_var(k) for k in var.box.items]
     if kind == "iter":
-        items = var.box.items[var.box.pos :]
-        var.box.pos = len(var.box.items)
-        return list(items)
+        drained = []
+        item = iter_next(frame, var)
+        while item is not None:
+            drained.append(item)
+            item = iter_next(frame, var)
+        return drained
     if kind == "tensor":
         assert var.meta is not None
         if not var.meta.shape:
@@ -137,10 +140,9 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
     if kind in ("object", "const") and isinstance(var.value, (dict, tuple, list)):
         return [from_python(v) for v in var.value]
     if kind == "module" and isinstance(var.value, (torch.nn.ModuleList, torch.nn.Sequential)):
-        base = var.source
         children = []
         for name, child in var.value._modules.items():
-            children.append(frame.state.wrap(child, base.attr("_modules").item(name) if base else None))
+            children.append(frame.state.wrap(child, module_child_source(var, name)))
         return children
     if kind == "userobj":
         from ptc_capture.interpreter.objects import iterate
@@ -149,6 +151,61 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
     if kind == "object" and var.source is not None and _reiterable(var.value):
         return _listed_items(frame, var)
     raise Unsupported(f"iteration over a {kind} ({type(var.value).__name__}) is not supported")
+
+
+def module_child_source(module: Var, name: str) -> Source | None:
+    """The source of the child module ``name`` of a module Var: read through the module, or,
+    for a Sequential slice made in the trace (which keeps its parent's child names and holds
+    the parent in ``items``), through that parent."""
+    if module.source is not None:
+        return module.source.attr("_modules").item(name)
+    if module.items and module.items[0].kind == "module":
+        return module_child_source(module.items[0], name)
+    return None
+
+
+def get_iter(frame: Frame, var: Var) -> Var:
+    """``iter(var)``: an iterator is itself; a list's iterator reads the list as it is when
+    each item is taken; other iterables are read now."""
+    if var.kind == "iter":
+        return var
+    if var.kind == "list":
+        return Var("iter", box=IterBox(var.box.items, over=var))
+    return Var("iter", box=IterBox(sequence_items(frame, var)))
+
+
+def iter_next(frame: Frame, var: Var) -> Var | None:
+    """``next(var)`` of an iterator Var, or None when it is exhausted (StopIteration in eager)."""
+    box: IterBox = var.box
+    if box.step is not None:
+        # Counted as an instruction: an endless iterator (itertools.count) drained whole
+        # stops at the interpreter's budget instead of running forever.
+        state = frame.state
+        state.steps += 1
+        if state.steps > state.config.max_instructions:
+            raise Unsupported(f"tracing took more than {state.config.max_instructions} steps (an endless iterator?)")
+        made = box.step(frame)
+        if made is None:
+            box.step = None
+        return made
+    while True:
+        if box.inner is not None:
+            item = iter_next(frame, box.inner)
+            if item is not None:
+                return item
+            box.inner = None
+        if box.pos < len(box.items):
+            box.pos += 1
+            found: Var = box.items[box.pos - 1]
+            return found
+        if box.outer is None:
+            return None
+        source = iter_next(frame, box.outer)
+        if source is None:
+            box.outer = None
+            return None
+        # The next input of a chain is read only now, as eager reads it.
+        box.inner, box.items, box.pos = get_iter(frame, source), [], 0
 
 
 def is_plain_tuple(ty: type) -> bool:
