@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -69,6 +70,9 @@ class Timers:
     def wrap(self, name: str, fn: Any) -> Any:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is not threading.main_thread():
+                # Background work (the graph cache's writer) overlaps the stages: not a stage.
+                return fn(*args, **kwargs)
             self.calls[name] += 1
             graph = next((a for a in args if hasattr(a, "graph") and hasattr(a.graph, "nodes")), None)
             if graph is not None:
