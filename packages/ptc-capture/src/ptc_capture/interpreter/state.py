@@ -5,6 +5,7 @@ from __future__ import annotations
 import dis
 import sys
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from ptc_capture.side_effects import SideEffects
 from ptc_capture.variables import CellBox, Var, wrap
 from ptc_spec import symbolic
 
-__all__ = ["CaptureState", "Frame", "Unsupported", "UserLocation", "iarg"]
+__all__ = ["CaptureState", "Frame", "Raised", "Unsupported", "UserLocation", "iarg"]
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -48,6 +49,22 @@ class Unsupported(Exception):
         super().__init__(reason)
         self.reason = reason
         self.stack = stack
+
+
+class Raised(Unsupported):
+    """The traced code raised ``error`` (an exception eager raises too, given the trace's values).
+
+    It is still a graph break, but not one to resume after when nothing in the traced frames
+    catches it: the trace took the compile-time path (``torch.compiler.is_compiling()`` is True
+    there), so re-running the rest natively could mix that path with eager's. Handlers that
+    model the catching (``getattr`` with a default, ``hasattr``) catch it by ``error``'s type.
+    """
+
+    def __init__(self, reason: str, error: BaseException) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.frames: list[tuple[types.CodeType, int]] = []
+        """(code, offset of the raising instruction) of each traced frame it left, innermost first."""
 
 
 @dataclass(slots=True)
@@ -152,6 +169,19 @@ class CaptureState:
         return wrap(self, value, source)
 
 
+# Weak keys: a decoded code object must not outlive its function (its frame cache goes with it).
+_DECODED: weakref.WeakKeyDictionary[types.CodeType, tuple[list[dis.Instruction], dict[int, int]]] = weakref.WeakKeyDictionary()
+
+
+def _decoded(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int]]:
+    """The instructions of ``code`` and the index of each by offset."""
+    found = _DECODED.get(code)
+    if found is None:
+        instructions = list(dis.get_instructions(code))
+        found = _DECODED[code] = (instructions, {inst.offset: i for i, inst in enumerate(instructions)})
+    return found
+
+
 @dataclass(slots=True)
 class Frame:
     """One code object being interpreted: its instructions, stack, locals and cells."""
@@ -178,8 +208,9 @@ class Frame:
     yielded: list[Var] | None = None
 
     def __post_init__(self) -> None:
-        self.instructions = list(dis.get_instructions(self.code))
-        self.index_of = {inst.offset: i for i, inst in enumerate(self.instructions)}
+        # Shared by every frame of the code object (read only): a model inlines the same
+        # functions once per layer, and decoding them again was a tenth of a capture.
+        self.instructions, self.index_of = _decoded(self.code)
 
     def push(self, var: Var) -> None:
         """Push one value."""
