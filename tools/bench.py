@@ -108,7 +108,12 @@ def _gpt_mini(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
     return GPT().to(device), (torch.randint(0, 1000, (batch, seq), device=device),)
 
 
-def _hf(config_name: str, model_name: str) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
+# A Llama-style decoder of 8 layers (the default LlamaConfig is a 7B model).
+LLAMA_8_LAYERS = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
+                  "num_key_value_heads": 16, "vocab_size": 32000, "max_position_embeddings": 2048}
+
+
+def _hf(config_name: str, model_name: str, **overrides: Any) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
     def build(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
         import torch
         import transformers
@@ -117,7 +122,7 @@ def _hf(config_name: str, model_name: str) -> Callable[[Any, bool], tuple[Any, t
         # No dropout: random masks would make every implementation's output differ from the
         # reference (and training steps too); the work per step is the same without them.
         dropouts = ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop")
-        config = getattr(transformers, config_name)(**dict.fromkeys(dropouts, 0.0))
+        config = getattr(transformers, config_name)(**dict.fromkeys(dropouts, 0.0), **overrides)
         if small:
             config.num_hidden_layers, config.n_layer = 2, 2
         model = getattr(transformers, model_name)(config).to(device)
@@ -189,6 +194,7 @@ WORKLOADS = {
         Workload("gpt2-infer", _hf("GPT2Config", "GPT2LMHeadModel"), needs="transformers"),
         Workload("gpt2-train", _hf("GPT2Config", "GPT2LMHeadModel"), train=True, needs="transformers"),
         Workload("bert-infer", _hf("BertConfig", "BertModel"), needs="transformers"),
+        Workload("llama-infer", _hf("LlamaConfig", "LlamaForCausalLM", **LLAMA_8_LAYERS), needs="transformers"),
         Workload("resnet50-infer", _timm("resnet50"), needs="timm"),
         Workload("vit-infer", _timm("vit_base_patch16_224"), needs="timm"),
         Workload("hf-resnet50-infer", _hf_vision("ResNetConfig", "ResNetForImageClassification"), needs="transformers"),
