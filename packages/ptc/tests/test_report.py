@@ -93,3 +93,20 @@ def test_ptc_report_env_writes_the_report_at_exit(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     overview = (tmp_path / "report" / "index.html").read_text()
     assert "recompiles" in overview and "size of x dim 0 changed 8 -&gt; 16" in overview
+
+
+def test_triton_kernels_show_their_grid_and_chosen_config(tmp_path: Path) -> None:
+    # Triton kernels, run by its interpreter on the CPU (set before triton is imported).
+    script = (
+        "import ptc, report_program; ptc.report.start(); report_program.run(ptc.compile(report_program.step, dynamic=False));"
+        f" ptc.report.write({str(tmp_path)!r})"
+    )
+    env = {
+        **os.environ, "PTC_GRAPH_CACHE": "0", "TRITON_INTERPRET": "1", "PTC_INDUCTOR_BACKEND": "triton",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    graph = (tmp_path / "graph_0.html").read_text()
+    assert "Triton flat kernel over 32 points; XBLOCK=32, 1 warps, 1 stage(s); grid of ceil(32 / XBLOCK) programs" in graph
+    assert "@triton.jit" in graph

@@ -35,6 +35,24 @@ summary{cursor:pointer;color:#0b57d0}a{color:#0b57d0}
 """
 
 
+def _launch(kernel: Any, call: Any) -> str:
+    """How a kernel is launched: a Triton kernel's grid and chosen config, a C++ kernel's parallel loops."""
+    launcher = getattr(call, "fn", None)
+    triton_kernel = getattr(launcher, "kernel", None)
+    if triton_kernel is None:
+        outer = ", ".join(str(s) for s in kernel.outer)
+        return f"C++: parallel over outer loops [{outer}]; {len(kernel.nodes)} loop nest(s)"
+    if triton_kernel.style == "flat":
+        shape = f"Triton flat kernel over {triton_kernel.xnumel} points"
+    else:
+        shape = f"Triton {triton_kernel.style} kernel over {triton_kernel.xnumel} rows of {triton_kernel.rnumel}"
+    config = getattr(launcher, "config", None)
+    if config is None:
+        return f"{shape}; config chosen at its first launch (not launched yet)"
+    return (f"{shape}; XBLOCK={config.xblock}" + (f", RBLOCK={config.rblock}" if triton_kernel.style != "flat" else "")
+            + f", {config.num_warps} warps, {config.num_stages} stage(s); grid of ceil({triton_kernel.xnumel} / XBLOCK) programs")
+
+
 def _kernels_of(compiled: Any) -> list[Any]:
     """The scheduled kernels of a ptc-inductor CompiledGraph (none for other compiled callables)."""
     schedule = getattr(compiled, "schedule", None)
@@ -127,10 +145,9 @@ class Writer:
             out.append("<table><tr><th>kernel</th><th>fuses graph nodes</th><th>launch</th></tr>")
             for k in kernels:
                 fused = sorted({origin for node in k.nodes for origin in node.origins})
-                outer = ", ".join(str(s) for s in k.outer)
                 out.append(
                     f"<tr><td>{escape(k.name)}</td><td>{escape(', '.join(fused))}</td>"
-                    f"<td>parallel over outer loops [{escape(outer)}]; {len(k.nodes)} loop nest(s)</td></tr>"
+                    f"<td>{escape(_launch(k, getattr(compiled, 'kernel_calls', {}).get(k.name)))}</td></tr>"
                 )
             out.append("</table>")
         for i, k in enumerate(kernels):
