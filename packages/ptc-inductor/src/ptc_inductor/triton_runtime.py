@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -179,6 +180,8 @@ class KernelBinary:
     num_warps: int
     # No scratch memory to allocate per launch: ptc's own launcher can run it.
     plain: bool
+    seconds: float = 0.0
+    """How long the compile took (in its worker); 0 for a binary read from an artifact."""
 
 
 def _binary_of(compiled: Any) -> KernelBinary | None:
@@ -192,7 +195,9 @@ def _binary_of(compiled: Any) -> KernelBinary | None:
 
 
 def _compile_in_worker(*args: Any) -> KernelBinary | None:
-    return _binary_of(_compile(*args))
+    start = time.perf_counter()
+    binary = _binary_of(_compile(*args))
+    return None if binary is None else dataclasses.replace(binary, seconds=time.perf_counter() - start)
 
 
 def _prepare_worker() -> None:

@@ -37,7 +37,7 @@ summary{cursor:pointer;color:#0b57d0}a{color:#0b57d0}
 
 def _launch(kernel: Any, call: Any) -> str:
     """How a kernel is launched: a Triton kernel's grid and chosen config, a C++ kernel's parallel loops."""
-    launcher = getattr(call, "fn", None)
+    launcher: Any = getattr(call, "fn", None)
     triton_kernel = getattr(launcher, "kernel", None)
     if triton_kernel is None:
         outer = ", ".join(str(s) for s in kernel.outer)
@@ -46,6 +46,11 @@ def _launch(kernel: Any, call: Any) -> str:
         shape = f"Triton flat kernel over {triton_kernel.xnumel} points"
     else:
         shape = f"Triton {triton_kernel.style} kernel over {triton_kernel.xnumel} rows of {triton_kernel.rnumel}"
+    binaries = launcher.resolve() if hasattr(launcher, "resolve") else {}
+    built = sum(getattr(b, "seconds", 0.0) for b in binaries.values())
+    if built:
+        # Identical kernels of repeated blocks share one compile: each lists it.
+        shape += f"; {len(binaries)} config(s) compiled in {built:.2f} s of worker time"
     config = getattr(launcher, "config", None)
     if config is None:
         return f"{shape}; config chosen at its first launch (not launched yet)"
