@@ -21,7 +21,7 @@ from ptc_capture.deferred import vars_in
 from ptc_capture.dynamic import DynamicPolicy, check_marks
 from ptc_capture.errors import CaptureInternalError, GraphBreakError, ShapeConstraintError
 from ptc_capture.guards import Guard, ShapeGuards, Source, compile_guards
-from ptc_capture.interpreter import CaptureState, Frame, StopAt, Unsupported, UserLocation, run_frame
+from ptc_capture.interpreter import CaptureState, Frame, Raised, StopAt, Unsupported, UserLocation, run_frame
 from ptc_capture.interpreter.autocast import autocast_at_end, start_autocast
 from ptc_capture.logs import channel
 from ptc_capture.resume import NATIVE, in_try_block, make_resume_code, resume_parameters
@@ -129,6 +129,12 @@ def capture_frame(
             where = record.stack[-1] if record.stack else code.co_filename
             raise GraphBreakError(f"graph break in {code.co_qualname}: {exc.reason} at {where}") from None
         _break_log.debug("graph break in %s: %s", code.co_qualname, record)
+        if isinstance(exc, Raised) and not any(in_try_block(c, offset) for c, offset in exc.frames):
+            # Nothing traced catches it, so eager raises it too, unless the trace took another
+            # path than eager (code that reads torch.compiler.is_compiling()). Resuming would run
+            # the rest natively on the trace's path; the whole frame runs eagerly instead, where
+            # every decision is eager's (and an error is raised from the user's own frame).
+            return _eager(state, code, record, f"{exc.reason}, and no traced frame catches it")
         inst = _breaking_instruction(root)
         if any(v.kind == "method" and getattr(v.value, "__name__", "") == "__exit__" for v in root.stack):
             # Resuming would rebuild the manager after the graph: its __enter__ side effects and

@@ -16,6 +16,6 @@ from ptc_capture.interpreter import (  # noqa: F401  (registration)
     stack,
 )
 from ptc_capture.interpreter.loop import HANDLERS, StopAt, handler, run_frame
-from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported, UserLocation
+from ptc_capture.interpreter.state import CaptureState, Frame, Raised, Unsupported, UserLocation
 
-__all__ = ["HANDLERS", "CaptureState", "Frame", "StopAt", "Unsupported", "UserLocation", "handler", "run_frame"]
+__all__ = ["HANDLERS", "CaptureState", "Frame", "Raised", "StopAt", "Unsupported", "UserLocation", "handler", "run_frame"]

@@ -14,7 +14,7 @@ from ptc_capture.interpreter.calls import BUILTINS, inline_function
 from ptc_capture.interpreter.classes import made_in_trace, unwrap_descriptor
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot, store_attr
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call, module_child_source
 from ptc_capture.symbolic_sizes import concrete
 from ptc_capture.variables import NULL, DictBox, Var, const, size_var
@@ -108,7 +108,7 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
     try:
         attr = read(value, name)
     except Exception as exc:
-        raise Unsupported(f"reading .{name} of a {type(value).__name__} raised {type(exc).__name__}") from exc
+        raise Raised(f"reading .{name} of a {type(value).__name__} raised {type(exc).__name__}", exc) from exc
     if isinstance(attr, types.MethodType) and attr.__self__ is value and isinstance(attr.__func__, types.FunctionType):
         return Var("method", attr.__func__, items=(obj,))
     if _stable_module(value):
@@ -163,7 +163,7 @@ def load_attr(frame: Frame, obj: Var, name: str) -> Var:
         try:
             return from_python(getattr(obj.value, name))
         except AttributeError as exc:
-            raise Unsupported(f"AttributeError reading .{name} at trace time") from exc
+            raise Raised(f"AttributeError reading .{name} at trace time", exc) from exc
     if kind in ("list", "dict", "tuple"):
         return Var("container_method", name, items=(obj,))
     if kind == "super":
@@ -208,9 +208,9 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
             attr = vars(klass)[name]
             break
     else:
-        raise Unsupported(f"{obj.value.__name__} object has no attribute {name!r} (AttributeError in eager)")
+        return _missing_attr(frame, obj, name, f"{obj.value.__name__!r} object has no attribute {name!r}")
     if type(attr) is types.MemberDescriptorType:
-        raise Unsupported(f"slot {name!r} of a {obj.value.__name__} object is not set (AttributeError in eager)")
+        return _missing_attr(frame, obj, name, f"slot {name!r} of a {obj.value.__name__} object is not set")
     if isinstance(attr, types.FunctionType):
         return Var("method", attr, items=(obj,))
     unwrapped = unwrap_descriptor(frame, frame.state.wrap(obj.value, None), attr)
@@ -226,6 +226,15 @@ def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
     return frame.state.wrap(attr, None)
 
 
+def _missing_attr(frame: Frame, obj: Var, name: str, why: str) -> Var:
+    # The normal lookup raised AttributeError: CPython then calls the class's __getattr__, if any
+    # (https://docs.python.org/3/reference/datamodel.html#object.__getattr__).
+    getter = class_attr(obj.value, "__getattr__")
+    if isinstance(getter, types.FunctionType):
+        return inline_function(frame, getter, None, [obj, const(name)], {})
+    raise Raised(f"{why} (AttributeError in eager)", AttributeError(why))
+
+
 def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
     """The Var of ``super(cls, self).<name>`` (methods are bound to ``self_var``)."""
     if self_var.kind == "userobj" and cls.kind in ("callable", "const"):
@@ -235,7 +244,7 @@ def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
     try:
         attr = getattr(super(cls.value, self_var.value), name)
     except Exception as exc:
-        raise Unsupported(f"super().{name} raised {type(exc).__name__} at trace time") from exc
+        raise Raised(f"super().{name} raised {type(exc).__name__} at trace time", exc) from exc
     slot = _slot_after(cls.value, type(self_var.value), name)
     if slot is not None:
         # super().__getattribute__ in a class that overrides it binds object's C slot; tracing
@@ -258,7 +267,7 @@ def _userobj_super_attr(cls: Any, self_var: Var, name: str) -> Var:
             if isinstance(attr, types.FunctionType) or id(attr) in BUILTINS:
                 return Var("method", attr, items=(self_var,))
             raise Unsupported(f"super().{name} of a {self_var.value.__name__} object")
-    raise Unsupported(f"super() object has no attribute {name!r} (AttributeError in eager)")
+    raise Raised(f"super() object has no attribute {name!r} (AttributeError in eager)", AttributeError(name))
 
 
 def _slot_after(cls: Any, instance_type: type, name: str) -> Any:

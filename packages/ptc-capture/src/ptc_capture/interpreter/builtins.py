@@ -18,7 +18,7 @@ from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.calls import BUILTINS, Caller
 from ptc_capture.interpreter.containers import dict_items, sort_vars
 from ptc_capture.interpreter.ops import binary, compare, contains, fold, getitem, unary
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, get_iter, iter_next, sequence_items, truth
 from ptc_capture.symbolic_sizes import pytype_of
 from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
@@ -44,7 +44,7 @@ def _eagerly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__} at trace time") from exc
+        raise Raised(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__} at trace time", exc) from exc
 
 
 def python_type(var: Var) -> type:
@@ -131,6 +131,12 @@ def _getattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     if len(args) > 2:
         try:
             return load_attr(frame, args[0], name)
+        except Raised as exc:
+            # getattr's default stands in for an AttributeError only, raised anywhere in the
+            # lookup (a Python __getattribute__ or __getattr__ included); other errors propagate.
+            if isinstance(exc.error, AttributeError):
+                return args[2]
+            raise
         except Unsupported:
             if args[0].kind in ("module", "object") and not hasattr(args[0].value, name):
                 return args[2]
@@ -152,12 +158,25 @@ def _hasattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot
 
         if class_attr(obj.value, "__getattr__") is not None:
-            raise Unsupported(f"hasattr on a {obj.value.__name__} object with __getattr__")
+            return _has_by_lookup(frame, obj, name)
         if name in obj.box.attrs or (name == "__dict__" and has_instance_dict(obj.value)):
             return const(True)
         # An unset slot's descriptor is on the class, but reading it raises AttributeError.
         return const(class_attr(obj.value, name) is not None and not is_slot(obj.value, name))
-    raise Unsupported(f"hasattr on a {obj.kind}")
+    return _has_by_lookup(frame, obj, name)
+
+
+def _has_by_lookup(frame: Frame, obj: Var, name: str) -> Var:
+    """hasattr as CPython does it: read the attribute; False exactly when that raises AttributeError."""
+    from ptc_capture.interpreter.attrs import load_attr
+
+    try:
+        load_attr(frame, obj, name)
+    except Raised as exc:
+        if isinstance(exc.error, AttributeError):
+            return const(False)
+        raise
+    return const(True)
 
 
 @builtin(range)

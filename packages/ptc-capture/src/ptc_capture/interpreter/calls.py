@@ -7,6 +7,7 @@ import functools
 import inspect
 import math
 import operator
+import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from ptc_capture.guards import Source
 from ptc_capture.interpreter.dispatcher_ops import binding_op, custom_op_overload, dispatcher_call, is_dispatcher_op
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.ops import has_sym
-from ptc_capture.interpreter.state import Frame, Unsupported, iarg
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported, iarg
 from ptc_capture.interpreter.values import (
     STORAGE_MUTATORS,
     as_const,
@@ -388,6 +389,10 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
             return construct(frame, value, args, kwargs)
     if isinstance(value, type) and issubclass(value, torch.nn.Module):
         return _module_made_in_trace(frame, value, args, kwargs)
+    if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == "builtins":
+        # A builtin exception built to be raised (`raise AttributeError(name)`): plain data.
+        values = [as_const(a, "an exception argument") for a in args]
+        return const(value(*values, **{k: as_const(v, "an exception argument") for k, v in kwargs.items()}))
     if isinstance(value, type):
         raise Unsupported(f"constructing {name} objects is not supported yet")
     if type(value) in (operator.itemgetter, operator.attrgetter) and len(args) == 1 and not kwargs:
@@ -407,6 +412,8 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
     packet = binding_op(value)
     if packet is not None:
         return dispatcher_call(frame, packet, args, kwargs)
+    if _is_numpy_ufunc(value) and not kwargs:
+        return _numpy_scalar_math(value, args)
     bound = _bound_builtin_rule(value)
     if bound is not None and fn.source is not None:
         # MAPPING.get(key) of a dict (list, set) read from the frame: the unbound method's rule,
@@ -414,6 +421,32 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__"))
         return bound(frame, const(getattr(type(value.__self__), value.__name__)), [self_var, *args], kwargs)
     raise Unsupported(f"call to {getattr(value, '__module__', '?')}.{name} is not supported (unknown C function)")
+
+
+def _is_numpy_ufunc(value: Any) -> bool:
+    # Checked by type name so that tracing never imports numpy itself.
+    ty = type(value)
+    return ty.__name__ == "ufunc" and ty.__module__ == "numpy"
+
+
+_SCALARS = (int, float, complex)
+
+
+def _numpy_scalar_math(ufunc: Any, args: list[Var]) -> Var:
+    """``numpy.sqrt(head_dim)`` and friends on Python numbers: a numpy scalar, computed now as eager would."""
+    values = [as_const(a, f"an argument of numpy.{ufunc.__name__}") for a in args]
+    numpy = sys.modules["numpy"]
+    if not all(isinstance(v, (_SCALARS, numpy.generic)) for v in values):
+        raise Unsupported(f"numpy.{ufunc.__name__} on values other than Python or numpy numbers")
+    try:
+        result = ufunc(*values)
+    except Exception as exc:
+        raise Raised(f"numpy.{ufunc.__name__} raised {type(exc).__name__} at trace time", exc) from exc
+    if type(result) is not numpy.float64:
+        raise Unsupported(f"numpy.{ufunc.__name__} made a {type(result).__name__}, which the graph cannot hold")
+    # A float64 scalar computes as a Python float does (both IEEE doubles), and a graph holds
+    # only Python numbers: the value is kept as a float.
+    return const(result.item())
 
 
 def _module_made_in_trace(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:

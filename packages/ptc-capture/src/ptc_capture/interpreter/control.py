@@ -10,7 +10,7 @@ import torch
 from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.autocast import enter_region
 from ptc_capture.interpreter.loop import handler
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported, iarg
 from ptc_capture.interpreter.values import get_iter, iter_next, sequence_items, truth
 from ptc_capture.variables import Var, const
 from ptc_spec import META_KEY
@@ -122,8 +122,21 @@ def set_grad_mode(frame: Frame, enabled: bool) -> None:
     node.meta[META_KEY] = None
 
 
-@handler("RAISE_VARARGS", "RERAISE", "PUSH_EXC_INFO", "SETUP_FINALLY", "CHECK_EXC_MATCH")
+@handler("RERAISE", "PUSH_EXC_INFO", "SETUP_FINALLY", "CHECK_EXC_MATCH")
+def _handle_exception(frame: Frame, inst: dis.Instruction) -> None:
+    raise Unsupported(f"{inst.opname}: exceptions raised in the traced region run eagerly")
+
+
+@handler("RAISE_VARARGS")
 def _raise(frame: Frame, inst: dis.Instruction) -> None:
+    # `raise E` / `raise E from cause`: the exception is the deeper of the (one or two) operands.
+    count = iarg(inst)
+    raised = frame.stack[-count] if count else None
+    value = raised.value if raised is not None and raised.kind in ("const", "callable", "object") else None
+    if isinstance(value, type) and issubclass(value, BaseException):
+        value = value.__new__(value)
+    if isinstance(value, BaseException):
+        raise Raised(f"the traced code raises {type(value).__name__}", value)
     raise Unsupported(f"{inst.opname}: exceptions raised in the traced region run eagerly")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dis
 from collections.abc import Callable
 
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.variables import Var
 
 __all__ = ["HANDLERS", "handler", "run_frame"]
@@ -46,5 +46,9 @@ def run_frame(frame: Frame) -> Var:
         fn = HANDLERS.get(inst.opname)
         if fn is None:
             raise Unsupported(f"bytecode {inst.opname} is not supported")
-        fn(frame, inst)
+        try:
+            fn(frame, inst)
+        except Raised as exc:
+            exc.frames.append((frame.code, inst.offset))
+            raise
     return frame.result

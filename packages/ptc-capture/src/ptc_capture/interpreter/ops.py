@@ -11,7 +11,7 @@ import torch
 
 from ptc_capture.guards import Guard
 from ptc_capture.interpreter.loop import handler
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.interpreter.values import (
     as_const,
     from_python,
@@ -81,7 +81,7 @@ def fold(fn: Callable[..., Any], *values: Var) -> Var:
         return from_python(fn(*args))
     except Exception as exc:
         # The eager run raises the same error with the user's traceback.
-        raise Unsupported(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__} at trace time") from exc
+        raise Raised(f"{getattr(fn, '__name__', fn)} raised {type(exc).__name__} at trace time", exc) from exc
 
 
 def binary(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
@@ -269,11 +269,11 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
         try:
             return items[operator.index(key)]
         except (IndexError, TypeError) as exc:
-            raise Unsupported(f"index {key!r} raised {type(exc).__name__} at trace time") from exc
+            raise Raised(f"index {key!r} raised {type(exc).__name__} at trace time", exc) from exc
     if kind == "dict":
         key = as_const(index, "a dict key")
         if key not in obj.box.items:
-            raise Unsupported(f"key {key!r} is missing (KeyError at trace time)")
+            raise Raised(f"key {key!r} is missing (KeyError at trace time)", KeyError(key))
         found: Var = obj.box.items[key]
         return found
     if kind == "module" and isinstance(obj.value, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)):
@@ -312,7 +312,7 @@ def getitem(frame: Frame, obj: Var, index: Var) -> Var:
         try:
             value = obj.value[index.value]
         except Exception as exc:
-            raise Unsupported(f"subscript raised {type(exc).__name__} at trace time") from exc
+            raise Raised(f"subscript raised {type(exc).__name__} at trace time", exc) from exc
         return frame.state.wrap(value, obj.source.item(index.value))
     return fold(operator.getitem, obj, index)
 
