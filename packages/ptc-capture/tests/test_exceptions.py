@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections.abc
+
 import numpy as np
 import pytest
 import torch
@@ -122,14 +124,6 @@ def _reads_missing_attributes_of_new_objects(x: torch.Tensor) -> torch.Tensor:
     return x * total
 
 
-@pytest.mark.parametrize("fn", [_reads_missing_attributes, _reads_missing_attributes_of_new_objects])
-def test_missing_attributes_read_with_defaults_capture_as_one_graph(fn):
-    backend = CountingBackend()
-    compiled = ptc_capture.optimize(backend, fullgraph=True)(fn)
-    compare_with_eager(compiled, fn, torch.randn(3))
-    assert backend.count == 1
-
-
 # -- numpy scalar math on Python numbers ---------------------------------------------------------
 
 
@@ -142,3 +136,80 @@ def test_numpy_math_on_python_numbers_folds_into_one_graph():
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_scales_by_numpy_sqrt)
     compare_with_eager(compiled, _scales_by_numpy_sqrt, torch.randn(2, 16))
     assert backend.count == 1
+
+
+# -- errors caught by try/except in the traced code ----------------------------------------------
+
+
+class _Registry(collections.abc.Mapping):
+    """transformers' AttentionInterface: Mapping.get is ``try: self[key] except KeyError: default``."""
+
+    def __init__(self) -> None:
+        self._known = {"sdpa": 2.0}
+
+    def __getitem__(self, key: str) -> float:
+        return self._known[key]
+
+    def __iter__(self):
+        return iter(self._known)
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+REGISTRY = _Registry()
+
+
+def _catches_lookup_errors(x: torch.Tensor) -> torch.Tensor:
+    y = x * REGISTRY.get("eager", 3.0) + REGISTRY.get("sdpa", 7.0)
+    try:
+        offset = {"a": 1.0}["b"]
+    except KeyError as missing:
+        offset = len(str(missing))
+    try:
+        try:
+            y = y + [1.0][3]
+        finally:
+            y = y + 1
+    except (IndexError, ValueError):
+        y = y * 2
+    return y + offset
+
+
+def _reraises_what_its_handler_does_not_match(x: torch.Tensor) -> torch.Tensor:
+    try:
+        try:
+            scale = {"a": 1.0}["b"]
+        except ValueError:
+            scale = -1.0
+    except LookupError:
+        scale = 4.0
+    return x * scale
+
+
+@pytest.mark.parametrize(
+    "fn", [_reads_missing_attributes, _reads_missing_attributes_of_new_objects, _catches_lookup_errors, _reraises_what_its_handler_does_not_match]
+)
+def test_errors_eager_would_catch_capture_as_one_graph(fn):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(fn)
+    compare_with_eager(compiled, fn, torch.randn(3))
+    assert backend.count == 1
+
+
+# -- torch's global-state predicates ------------------------------------------------------------
+
+
+def _branches_on_torch_modes(x: torch.Tensor) -> torch.Tensor:
+    # torch.autograd.Function.apply's test; Bloom reaches it through its GeLU function.
+    if torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None:
+        return x - 1
+    return x + 1
+
+
+def test_torch_mode_predicates_fold_into_one_graph():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_branches_on_torch_modes)
+    compare_with_eager(compiled, _branches_on_torch_modes, torch.randn(3))
+    assert backend.count == 1
+

@@ -319,6 +319,12 @@ def _emit_grad_mode(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[
     return [f"if {k(torch.is_grad_enabled)}() is not {bool(g.expected)}: return False"]
 
 
+@_emitter("state_call")
+def _emit_state_call(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
+    predicate, value = g.expected
+    return [f"if {k(predicate)}() is not {value!r}: return False"]
+
+
 @_emitter("autocast")
 def _emit_autocast(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     from ptc_capture.autocast_state import guard_holds

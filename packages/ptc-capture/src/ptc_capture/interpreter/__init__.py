@@ -9,6 +9,7 @@ from ptc_capture.interpreter import (  # noqa: F401  (registration)
     classes,
     containers,
     control,
+    global_state,
     iterators,
     module_members,
     objects,

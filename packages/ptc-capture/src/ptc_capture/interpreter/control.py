@@ -11,7 +11,7 @@ from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.autocast import enter_region
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.state import Frame, Raised, Unsupported, iarg
-from ptc_capture.interpreter.values import get_iter, iter_next, sequence_items, truth
+from ptc_capture.interpreter.values import as_const, get_iter, iter_next, sequence_items, truth
 from ptc_capture.variables import Var, const
 from ptc_spec import META_KEY
 
@@ -122,7 +122,43 @@ def set_grad_mode(frame: Frame, enabled: bool) -> None:
     node.meta[META_KEY] = None
 
 
-@handler("RERAISE", "PUSH_EXC_INFO", "SETUP_FINALLY", "CHECK_EXC_MATCH")
+# A handler's bytecode, entered by interpreter/exceptions.catch with the exception (a const) on
+# the stack. The exception being handled before it (sys.exc_info()) is not modelled: None.
+@handler("PUSH_EXC_INFO")
+def _push_exc_info(frame: Frame, inst: dis.Instruction) -> None:
+    raised = frame.pop()
+    frame.push(const(None))
+    frame.push(raised)
+
+
+@handler("CHECK_EXC_MATCH")
+def _check_exc_match(frame: Frame, inst: dis.Instruction) -> None:
+    kind = as_const(frame.pop(), "an except clause's class")
+    raised = frame.stack[-1]
+    if raised.kind != "const" or not isinstance(raised.value, BaseException):
+        raise Unsupported("an except clause over an exception the trace does not hold")
+    try:
+        frame.push(const(isinstance(raised.value, kind)))
+    except TypeError as exc:
+        raise Unsupported("an except clause naming something other than exception classes") from exc
+
+
+@handler("POP_EXCEPT")
+def _pop_except(frame: Frame, inst: dis.Instruction) -> None:
+    frame.pop()
+
+
+@handler("RERAISE")
+def _reraise(frame: Frame, inst: dis.Instruction) -> None:
+    raised = frame.pop()
+    if iarg(inst):
+        frame.pop()  # the raising instruction's offset (f_lasti)
+    if raised.kind != "const" or not isinstance(raised.value, BaseException):
+        raise Unsupported("RERAISE: exceptions raised in the traced region run eagerly")
+    raise Raised(f"the traced code re-raises {type(raised.value).__name__}", raised.value)
+
+
+@handler("SETUP_FINALLY")
 def _handle_exception(frame: Frame, inst: dis.Instruction) -> None:
     raise Unsupported(f"{inst.opname}: exceptions raised in the traced region run eagerly")
 

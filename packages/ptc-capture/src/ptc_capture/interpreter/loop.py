@@ -5,6 +5,7 @@ from __future__ import annotations
 import dis
 from collections.abc import Callable
 
+from ptc_capture.interpreter.exceptions import catch
 from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.variables import Var
 
@@ -49,6 +50,8 @@ def run_frame(frame: Frame) -> Var:
         try:
             fn(frame, inst)
         except Raised as exc:
+            if catch(frame, exc, inst):
+                continue
             exc.frames.append((frame.code, inst.offset))
             raise
     return frame.result
