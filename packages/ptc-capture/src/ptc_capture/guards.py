@@ -46,6 +46,16 @@ class Source:
     kind: str
     name: Any = None
     base: Source | None = None
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # Computed once: guard compilation hashes deep sources (a 50-block model's weights)
+        # over and over, and a recomputed hash walks the whole chain each time.
+        found = self._hash
+        if not found:
+            found = hash((self.kind, self.name, self.base)) or 1
+            object.__setattr__(self, "_hash", found)
+        return found
 
     def attr(self, name: str) -> Source:
         """The source of ``self.<name>``."""
