@@ -641,3 +641,77 @@ def test_collections_types_give_eager_results_with_or_without_breaks():
     compiled = ptc_capture.optimize(CountingBackend())(_collections_types)
     for _ in range(2):
         compare_with_eager(compiled, _collections_types, torch.randn(3))
+
+
+class _Holder:
+    def __init__(self):
+        self.scale = 1.0
+
+    @property
+    def doubled(self):
+        return self._doubled
+
+    @doubled.setter
+    def doubled(self, value):
+        self._doubled = value * 2
+
+
+_SCALE, _SHIFT, _DOUBLED = "scale", "shift", "doubled"
+
+
+def _setattr_made_in_trace(x):
+    holder = _Holder()
+    for name in (_SCALE, _SHIFT):
+        setattr(holder, name, x + len(name))
+    setattr(holder, _DOUBLED, x)
+    return holder.scale * holder.shift + holder.doubled, getattr(holder, _SHIFT)
+
+
+def _setattr_on_argument(x, holder):
+    setattr(holder, _SCALE, x * 3)
+    setattr(holder, _DOUBLED, x + 1)
+    return x + holder.scale + holder.doubled
+
+
+@pytest.mark.parametrize("fn", [_setattr_made_in_trace])
+def test_setattr_with_a_constant_name_stores_as_attribute_assignment(fn):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(fn)
+    compare_with_eager(compiled, fn, torch.randn(3))
+    assert backend.count == 1
+
+
+def test_setattr_on_an_object_from_the_frame_is_seen_by_the_caller():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_setattr_on_argument)
+    x = torch.randn(3)
+    mine, theirs = _Holder(), _Holder()
+    torch.testing.assert_close(compiled(x, mine), _setattr_on_argument(x, theirs))
+    torch.testing.assert_close(mine.scale, theirs.scale)
+    torch.testing.assert_close(mine.doubled, theirs.doubled)
+    assert backend.count == 1
+
+
+class _Base:
+    def scale(self, x):
+        return x * 2
+
+
+class _CapturesSelf(_Base):
+    def scale(self, x):
+        shifted = [self.shift(v) for v in (x, x + 1)]
+        return super().scale(shifted[0] + shifted[1])
+
+    def shift(self, v):
+        return v - 1
+
+
+def _super_with_self_in_a_cell(x):
+    return _CapturesSelf().scale(x)
+
+
+def test_zero_argument_super_reads_a_self_that_lives_in_a_cell():
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_super_with_self_in_a_cell)
+    compare_with_eager(compiled, _super_with_self_in_a_cell, torch.randn(3))
+    assert backend.count == 1

@@ -119,6 +119,10 @@ class GraphState:
         if dims:
             meta = dynamic_meta(meta, dims, self.shape_env)
         name = _placeholder_name(source, len(self.input_sources))
+        if any(v.node is not None and v.node.target == name for v in self.input_vars):
+            # Two sources that read alike (d['s'] through the subclass's __getitem__ and
+            # through dict's own) are two parameters of the generated forward.
+            name = f"{name}_{len(self.input_sources)}"
         node = self.graph.placeholder(name)
         node.meta[META_KEY] = meta
         example = meta.to_meta_tensor(env=self.shape_env)

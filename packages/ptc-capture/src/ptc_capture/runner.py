@@ -209,7 +209,9 @@ class RunnerSource:
                 items = "[" + ", ".join(f"({self.k(key)}, {self.expr(v)})" for key, v in var.box.items.items.items()) + "]"
             name = self.temp(f"{self.k(new_object)}({self.k(cls)}, {attrs}, {items}, {slots})")
         elif var.kind == "dict":
-            name = self.temp("{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}")
+            entries = "{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}"
+            # An OrderedDict made in the trace (its class in ``value``) is rebuilt as one, in its order.
+            name = self.temp(f"{self.k(var.value)}({entries})" if isinstance(var.value, type) else entries)
         else:
             name = self.temp(self._iterator(var.box))
         self.memo[id(var.box)] = name

@@ -42,6 +42,10 @@ class SideEffects:
         """The value stored earlier in this trace, if any."""
         return self.attrs.get((id(target.value), name))
 
+    def has_stores(self, target: Var) -> bool:
+        """Whether this trace stored any attribute on ``target``'s object."""
+        return any(key[0] == id(target.value) for key in self.attrs)
+
     def store_global(self, name: str, value: Var) -> None:
         """Record ``G[name] = value``."""
         self.log.append(Effect("global", None, name, value))

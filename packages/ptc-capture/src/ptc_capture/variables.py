@@ -162,7 +162,8 @@ def python_value(var: Var) -> Any:
     if kind == "list":
         return [python_value(v) for v in var.box.items]
     if kind == "dict":
-        return {k: python_value(v) for k, v in var.box.items.items()}
+        entries = {k: python_value(v) for k, v in var.box.items.items()}
+        return var.value(entries) if isinstance(var.value, type) else entries
     raise TypeError(f"a {kind} value has no Python value at trace time")
 
 
@@ -273,7 +274,8 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
         dbox = DictBox(
             {k: wrap(state, v, value_source(source, k, i) if source else None) for i, (k, v) in enumerate(value.items())}
         )
-        return state.remember_box(value, Var("dict", box=dbox, source=source))
+        # An OrderedDict keeps its class in ``value`` (type(), move_to_end, its rebuild).
+        return state.remember_box(value, Var("dict", None if ty is dict else ty, box=dbox, source=source))
     if type(value).__name__ == "GradModeExit" and type(value).__module__ == "ptc_capture.resume":
         if source is not None:
             guards.add(Guard("type", source, ty))

@@ -105,12 +105,23 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
                 if found[name] is None:
                     return const(None, source)
                 return frame.state.wrap(found[name], source)
+    found = class_attr(type(value), name) if obj.kind == "object" and not generic else None
+    if isinstance(found, property) and isinstance(found.fget, types.FunctionType) and frame.state.side_effects.has_stores(obj):
+        # The real object does not have the trace's stores yet (they are replayed after the
+        # graph): a property read after them is traced, so it sees what the trace stored.
+        return inline_function(frame, found.fget, None, [obj], {})
     try:
         attr = read(value, name)
     except Exception as exc:
         raise Raised(f"reading .{name} of a {type(value).__name__} raised {type(exc).__name__}", exc) from exc
     if isinstance(attr, types.MethodType) and attr.__self__ is value and isinstance(attr.__func__, types.FunctionType):
         return Var("method", attr.__func__, items=(obj,))
+    if isinstance(attr, types.BuiltinMethodType) and attr.__self__ is value and not isinstance(value, type):
+        # A C method the object's class inherits (keys/items/get of a dict subclass such as a
+        # model output): bound to the Var, so the method's rule reads it through its source.
+        descriptor = class_attr(type(value), name)
+        if id(descriptor) in BUILTINS:
+            return Var("method", descriptor, items=(obj,))
     if _stable_module(value):
         # Functions of torch, math and friends are not expected to be monkey-patched per call.
         return frame.state.wrap(attr, None) if not isinstance(attr, torch.Tensor) else _unsupported_tensor(name)
@@ -322,8 +333,13 @@ def _load_method(frame: Frame, inst: dis.Instruction) -> None:
 def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
     obj = frame.pop()
     value = frame.pop()
+    store_attribute(frame, obj, inst.argval, value)
+
+
+def store_attribute(frame: Frame, obj: Var, name: str, value: Var) -> None:
+    """Trace ``obj.<name> = value`` (the STORE_ATTR instruction, and ``setattr`` with a constant name)."""
     if obj.kind == "userobj":
-        store_attr(frame, obj, inst.argval, value)
+        store_attr(frame, obj, name, value)
         return
     if obj.kind not in ("module", "object") or obj.source is None:
         raise Unsupported(f"attribute assignment on a {obj.kind} is not supported")
@@ -335,10 +351,20 @@ def _store_attr(frame: Frame, inst: dis.Instruction) -> None:
             # which must surface before anything after it runs): traced, it ends in
             # object.__setattr__, a side effect, or in a graph break.
             source = obj.source.attr("__class__").attr("__setattr__")
-            inline_function(frame, setter, source, [obj, const(inst.argval), value], {})
+            inline_function(frame, setter, source, [obj, const(name), value], {})
             return
-        if setter is object.__setattr__ and not has_instance_dict(cls) and not is_slot(cls, inst.argval):
-            raise Unsupported(f"{cls.__name__} object has no attribute {inst.argval!r} (__slots__; AttributeError in eager)")
-    if isinstance(obj.value, torch.nn.Module) and value.kind == "tensor" and inst.argval in obj.value._parameters:
+        found = class_attr(cls, name)
+        if setter is object.__setattr__ and isinstance(found, property):
+            # A data descriptor of the class takes the store (https://docs.python.org/3/howto/descriptor.html):
+            # its setter is traced, so later reads in the trace see what it stored.
+            if not isinstance(found.fset, types.FunctionType):
+                raise Unsupported(f"property {name!r} of a {cls.__name__} object has no Python setter")
+            inline_function(frame, found.fset, None, [obj, value], {})
+            return
+        if setter is object.__setattr__ and found is not None and hasattr(type(found), "__set__") and not is_slot(cls, name):
+            raise Unsupported(f"attribute {name!r} of a {cls.__name__} object is a {type(found).__name__} descriptor")
+        if setter is object.__setattr__ and not has_instance_dict(cls) and not is_slot(cls, name):
+            raise Unsupported(f"{cls.__name__} object has no attribute {name!r} (__slots__; AttributeError in eager)")
+    if isinstance(obj.value, torch.nn.Module) and value.kind == "tensor" and name in obj.value._parameters:
         raise Unsupported("assigning to a parameter inside the traced region is not supported")
-    frame.state.side_effects.store_attr(obj, inst.argval, value)
+    frame.state.side_effects.store_attr(obj, name, value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 
+from ptc_capture.interpreter.containers import mapping_items
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.ops import slice_var
 from ptc_capture.interpreter.state import Frame, Unsupported, iarg
@@ -119,10 +120,15 @@ def _map_add(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("DICT_UPDATE", "DICT_MERGE")
 def _dict_update(frame: Frame, inst: dis.Instruction) -> None:
+    # ``{**other}`` and ``f(**other)``: any mapping, read as dict's C merge reads it.
     other = frame.pop()
-    if other.kind != "dict":
-        raise Unsupported(f"dict update from a {other.kind}")
-    frame.stack[-iarg(inst)].box.items.update(other.box.items)
+    entries = mapping_items(frame, other)
+    if entries is None:
+        raise Unsupported(f"** of a {other.kind} that is not a mapping (TypeError in eager)")
+    items = frame.stack[-iarg(inst)].box.items
+    if inst.opname == "DICT_MERGE" and any(key in items for key in entries):
+        raise Unsupported("a call got multiple values for a keyword argument (TypeError in eager)")
+    items.update(entries)
 
 
 @handler("UNPACK_SEQUENCE")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import dataclasses
 import functools
 import inspect
@@ -54,8 +55,10 @@ def python_type(var: Var) -> type:
         return var.value if isinstance(var.value, type) else torch.Tensor
     if kind == "tuple":
         return var.value if isinstance(var.value, type) else tuple
-    if kind in ("list", "dict"):
-        return list if kind == "list" else dict
+    if kind == "list":
+        return list
+    if kind == "dict":
+        return var.value if isinstance(var.value, type) else dict
     if kind == "closure":
         return types.FunctionType
     if kind == "partial":
@@ -144,6 +147,21 @@ def _getattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
                 return args[2]
             raise
     return load_attr(frame, args[0], name)
+
+
+@builtin(setattr)
+def _setattr(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # setattr(obj, name, value) is the STORE_ATTR of obj.<name> = value
+    # (https://docs.python.org/3/library/functions.html#setattr).
+    from ptc_capture.interpreter.attrs import store_attribute
+
+    if len(args) != 3 or kwargs:
+        raise Unsupported("setattr() takes exactly three positional arguments (TypeError in eager)")
+    name = as_const(args[1], "an attribute name")
+    if not isinstance(name, str):
+        raise Unsupported("setattr() with a non-string attribute name (TypeError in eager)")
+    store_attribute(frame, args[0], name, args[2])
+    return const(None)
 
 
 @builtin(hasattr)
@@ -239,13 +257,16 @@ def _tuple(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("tuple", tuple, items=tuple(sequence_items(frame, args[0]) if args else ()))
 
 
-@builtin(dict)
+@builtin(dict, collections.OrderedDict)
 def _dict(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # An OrderedDict is a dict Var whose ``value`` is the class: the interpreter's dicts keep
+    # insertion order already, and the class decides type(), its extra methods and its rebuild.
+    ordered = fn.value is collections.OrderedDict
     if len(args) > 1:
-        raise Unsupported("dict() takes at most one positional argument (TypeError in eager)")
-    items = dict_items(frame, args[0]) if args else {}
+        raise Unsupported(f"{fn.value.__name__}() takes at most one positional argument (TypeError in eager)")
+    items = dict_items(frame, args[0], ordered=ordered) if args else {}
     items.update(kwargs)
-    return Var("dict", box=DictBox(items))
+    return Var("dict", collections.OrderedDict if ordered else None, box=DictBox(items))
 
 
 @builtin(vars(dict)["fromkeys"])
@@ -416,7 +437,11 @@ def _super(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     code = frame.code
     if "__class__" not in code.co_freevars or code.co_argcount == 0:
         raise Unsupported("super() outside a method")
-    return Var("super", items=(load_cell(frame, "__class__"), load_local(frame, code.co_varnames[0])))
+    first = code.co_varnames[0]
+    # A first argument captured by an inner function lives in a cell; super() reads the cell's
+    # contents then, as CPython's super_init_without_args does.
+    self_var = load_cell(frame, first) if first in frame.cells else load_local(frame, first)
+    return Var("super", items=(load_cell(frame, "__class__"), self_var))
 
 
 @builtin(torch.finfo, torch.iinfo, torch.device)

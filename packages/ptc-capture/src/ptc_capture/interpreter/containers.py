@@ -2,28 +2,68 @@
 
 from __future__ import annotations
 
+import collections
 import types
+from collections.abc import Callable
 from typing import Any
 
 from ptc_capture.interpreter.calls import call, caller
+from ptc_capture.interpreter.objects import class_attr, dict_base, dict_storage
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, key_var, sequence_items
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
-__all__ = ["dict_items", "sort_vars"]
+__all__ = ["dict_items", "mapping_items", "sort_vars"]
 
 
-def dict_items(frame: Frame, source: Var) -> dict[Any, Var]:
-    """The entries ``dict(source)`` would have: a dict's own, or the pairs of an iterable of pairs."""
-    if source.kind == "dict":
-        return dict(source.box.items)
-    entries: dict[Any, Var] = {}
+def dict_items(frame: Frame, source: Var, ordered: bool = False) -> dict[Any, Var]:
+    """The entries ``dict(source)`` (``ordered``: ``OrderedDict(source)``) would have: a mapping's
+    (anything with ``keys``), or the pairs of an iterable of pairs."""
+    entries = mapping_items(frame, source, raw=not ordered)
+    if entries is not None:
+        return entries
+    entries = {}
     for pair in sequence_items(frame, source):
         parts = sequence_items(frame, pair)
         if len(parts) != 2:
             raise Unsupported("a dict entry that is not a pair (ValueError in eager)")
         entries[as_const(parts[0], "a dict key")] = parts[1]
     return entries
+
+
+def mapping_items(frame: Frame, source: Var, raw: bool = True) -> dict[Any, Var] | None:
+    """The entries of ``source`` read as CPython's dict merge reads a mapping, or None when it has no ``keys``.
+
+    A dict is copied; a dict subclass that keeps dict's own ``__iter__`` is read from its
+    storage when ``raw`` (dict's C merge does, past the subclass's ``keys``/``__getitem__``;
+    OrderedDict's update does not); anything else with ``keys`` is read as
+    ``{k: source[k] for k in source.keys()}``, running the object's own methods
+    (https://docs.python.org/3/library/stdtypes.html#dict.update).
+    """
+    from ptc_capture.interpreter.attrs import load_attr
+    from ptc_capture.interpreter.ops import getitem
+
+    if source.kind == "dict":
+        return dict(source.box.items)
+    cls = _class_of(source)
+    if cls is None or class_attr(cls, "keys") is None:
+        return None
+    if raw and dict_base(cls) is not None and class_attr(cls, "__iter__") is dict.__iter__:
+        return dict(dict_storage(frame, source)[0].items)
+    entries: dict[Any, Var] = {}
+    for key in sequence_items(frame, call(frame, load_attr(frame, source, "keys"), [], {})):
+        entries[as_const(key, "a dict key")] = getitem(frame, source, key)
+    return entries
+
+
+def _class_of(var: Var) -> type | None:
+    # The class whose attributes decide how a value merges; None for the interpreter's own
+    # containers and constants (tuples, lists, iterators), which have no ``keys``.
+    if var.kind == "userobj":
+        return var.value  # type: ignore[no-any-return]
+    if var.kind in ("object", "module"):
+        return type(var.value)
+    return None
 
 
 def sort_vars(frame: Frame, items: list[Var], key: Var | None, reverse: Var | None) -> list[Var]:
@@ -97,10 +137,16 @@ def _list_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: 
     return result
 
 
+# Keyword arguments each dict method takes (OrderedDict's own methods take ``last=``).
+_DICT_KEYWORDS = {"update": None, "popitem": ("last",), "move_to_end": ("last",)}
+
+
 def _dict_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     items: dict[Any, Var] = target.box.items
-    if kwargs and name != "update":
-        raise Unsupported(f"dict.{name}() takes no keyword arguments (TypeError in eager)")
+    ordered = target.value is collections.OrderedDict
+    allowed = _DICT_KEYWORDS.get(name, ())
+    if kwargs and allowed is not None and (not ordered or set(kwargs) - set(allowed)):
+        raise Unsupported(f"{'OrderedDict' if ordered else 'dict'}.{name}() got unexpected keyword arguments (TypeError in eager)")
     if name == "get":
         return items.get(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
     if name == "keys":
@@ -110,28 +156,77 @@ def _dict_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: 
     if name == "items":
         return Var("tuple", tuple, items=tuple(Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()))
     if name == "copy":
-        return Var("dict", box=DictBox(dict(items)))
-    if name in ("update", "pop", "setdefault", "clear"):
-        if name == "update":
-            if len(args) > 1:
-                raise Unsupported("dict.update() takes at most one positional argument (TypeError in eager)")
-            items.update(dict_items(frame, args[0]) if args else {})
-            items.update(kwargs)
-            result: Var = const(None)
-        elif name == "pop":
-            key = as_const(args[0], "a key")
-            if key not in items and len(args) < 2:
-                raise Unsupported("dict.pop of a missing key (KeyError in eager)")
-            result = items.pop(key, args[1] if len(args) > 1 else const(None))
-        elif name == "setdefault":
-            result = items.setdefault(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
-        else:
-            items.clear()
-            result = const(None)
+        return Var("dict", target.value, box=DictBox(dict(items)))
+    if name in _DICT_MUTATORS or (ordered and name in _ORDERED_MUTATORS):
+        method = _DICT_MUTATORS.get(name) or _ORDERED_MUTATORS[name]
+        result = method(frame, target, items, args, kwargs)
         if target.source is not None:
             frame.state.side_effects.mutate_contents(target)
         return result
-    raise Unsupported(f"dict.{name} is not supported")
+    raise Unsupported(f"{'OrderedDict' if ordered else 'dict'}.{name} is not supported")
+
+
+def _update(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if len(args) > 1:
+        raise Unsupported("dict.update() takes at most one positional argument (TypeError in eager)")
+    items.update(dict_items(frame, args[0], ordered=target.value is collections.OrderedDict) if args else {})
+    items.update(kwargs)
+    return const(None)
+
+
+def _pop(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+    key = as_const(args[0], "a key")
+    if key not in items and len(args) < 2:
+        raise Unsupported("dict.pop of a missing key (KeyError in eager)")
+    found: Var = items.pop(key, args[1] if len(args) > 1 else const(None))
+    return found
+
+
+def _setdefault(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+    found: Var = items.setdefault(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
+    return found
+
+
+def _clear(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+    items.clear()
+    return const(None)
+
+
+def _last(args: list[Var], kwargs: dict[str, Var]) -> bool:
+    flag = kwargs.get("last", args[0] if args else None)
+    return True if flag is None else bool(as_const(flag, "last="))
+
+
+def _popitem(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # dict.popitem takes the last entry (LIFO); OrderedDict.popitem(last=False) the first.
+    if not items:
+        raise Unsupported("popitem from an empty dict (KeyError in eager)")
+    last = _last(args, kwargs) if target.value is collections.OrderedDict else True
+    key = next(reversed(items)) if last else next(iter(items))
+    return Var("tuple", tuple, items=(key_var(key), items.pop(key)))
+
+
+def _move_to_end(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+    key = as_const(args[0], "a key")
+    if key not in items:
+        raise Unsupported(f"move_to_end of a missing key {key!r} (KeyError in eager)")
+    value = items.pop(key)
+    if _last(args[1:], kwargs):
+        items[key] = value
+    else:
+        rest = dict(items)
+        items.clear()
+        items[key] = value
+        items.update(rest)
+    return const(None)
+
+
+_Mutator = Callable[[Frame, Var, dict[Any, Var], list[Var], dict[str, Var]], Var]
+_DICT_MUTATORS: dict[str, _Mutator] = {
+    "update": _update, "pop": _pop, "setdefault": _setdefault, "clear": _clear, "popitem": _popitem,
+}  # fmt: skip
+_ORDERED_MUTATORS: dict[str, _Mutator] = {"move_to_end": _move_to_end}
+"""Methods that change a dict (OrderedDict only: ``_ORDERED_MUTATORS``), each returning the call's result."""
 
 
 @caller("container_method")

@@ -26,7 +26,7 @@ from ptc_capture.interpreter.values import as_const, key_var, sequence_items
 from ptc_capture.variables import DictBox, IterBox, ObjBox, Var, const, constant_key, value_source
 
 __all__ = [
-    "call_slot", "class_attr", "construct", "constructible", "dict_base", "has_instance_dict", "has_slot", "is_slot",
+    "call_slot", "class_attr", "construct", "constructible", "dict_base", "dict_storage", "has_instance_dict", "has_slot", "is_slot",
     "iterate", "set_instance_attr", "store_attr", "userobj_truth",
 ]  # fmt: skip
 
@@ -191,7 +191,7 @@ def userobj_truth(frame: Frame | None, obj: Var) -> bool:
     return True
 
 
-def _storage(frame: Frame, var: Var) -> tuple[DictBox, bool]:
+def dict_storage(frame: Frame, var: Var) -> tuple[DictBox, bool]:
     """The dict contents behind ``var`` and whether the trace may change them."""
     if var.kind == "dict":
         return var.box, True
@@ -232,7 +232,7 @@ def _rule(*names: str) -> Callable[[Caller], Caller]:
 
 
 def _self_and_key(frame: Frame, args: list[Var]) -> tuple[DictBox, bool, Any]:
-    box, mutable = _storage(frame, args[0])
+    box, mutable = dict_storage(frame, args[0])
     return box, mutable, as_const(args[1], "a dict key")
 
 
@@ -260,22 +260,22 @@ def _dict_contains(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var
 
 @_rule("__len__")
 def _dict_len(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return const(len(_storage(frame, args[0])[0].items))
+    return const(len(dict_storage(frame, args[0])[0].items))
 
 
 @_rule("keys", "__iter__")
 def _dict_keys(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("iter", box=IterBox([key_var(k) for k in _storage(frame, args[0])[0].items]))
+    return Var("iter", box=IterBox([key_var(k) for k in dict_storage(frame, args[0])[0].items]))
 
 
 @_rule("values")
 def _dict_values(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("iter", box=IterBox(list(_storage(frame, args[0])[0].items.values())))
+    return Var("iter", box=IterBox(list(dict_storage(frame, args[0])[0].items.values())))
 
 
 @_rule("items")
 def _dict_items(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    items = _storage(frame, args[0])[0].items
+    items = dict_storage(frame, args[0])[0].items
     return Var("iter", box=IterBox([Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()]))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dis
 import operator
 from collections.abc import Callable
@@ -115,7 +116,9 @@ def _sequence_binary(frame: Frame, op: str, inplace: bool, a: Var, b: Var) -> Va
     if op == "|" and a.kind == "dict" and b.kind == "dict":
         # dict union (PEP 584): the right operand's values win; |= updates in place.
         if not inplace:
-            return Var("dict", box=DictBox({**a.box.items, **b.box.items}))
+            # OrderedDict's __or__ (or __ror__, tried first for the subclass) makes an OrderedDict.
+            ordered = collections.OrderedDict in (a.value, b.value)
+            return Var("dict", collections.OrderedDict if ordered else None, box=DictBox({**a.box.items, **b.box.items}))
         a.box.items.update(b.box.items)
         if a.source is not None:
             frame.state.side_effects.mutate_contents(a)
