@@ -138,3 +138,22 @@ def test_keys_follow_the_graph_its_constants_and_the_settings() -> None:
     # The same bytes as another dtype is another constant.
     assert key != cache.graph_key(graph(torch.ones(3).view(torch.int32)), [], "a")
     assert key != cache.graph_key(ones, [], "b")
+
+
+def test_the_default_dtype_is_part_of_a_graph_key() -> None:
+    # A decomposition fills an open dtype (aten.full without one) with the default dtype.
+    import ptc_inductor
+    from ptc import pipeline
+    from ptc.config import make_options
+
+    g = torch.fx.Graph()
+    g.output(g.call_function(torch.ops.aten.full.default, ([2], 1.0)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    config = ptc_inductor.config_from_env()
+    key = pipeline._cache_key(gm, [], make_options(None, None), config)
+    torch.set_default_dtype(torch.float64)
+    try:
+        other = pipeline._cache_key(gm, [], make_options(None, None), config)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert key is not None and other is not None and key != other

@@ -110,7 +110,8 @@ def _cache_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     # Debug files and printed code come from a compile; a cached load would silently skip them.
     if not cache.enabled() or config.debug_dir or config.output_code:
         return None
-    settings = f"{dataclasses.replace(options, debug_dir=None)!r}|{config.replace(cache_dir='')!r}"
+    # Decompositions fill in dtypes a graph leaves open with the default dtype.
+    settings = f"{dataclasses.replace(options, debug_dir=None)!r}|{config.replace(cache_dir='')!r}|{torch.get_default_dtype()}"
     return cache.graph_key(gm, list(example_inputs), settings)
 
 
