@@ -157,3 +157,7 @@ def test_the_default_dtype_is_part_of_a_graph_key() -> None:
     finally:
         torch.set_default_dtype(torch.float32)
     assert key is not None and other is not None and key != other
+    # ptc-decomp's own switches too.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PTC_DECOMP_RESTRIDE", "0")
+        assert pipeline._cache_key(gm, [], make_options(None, None), config) != key

@@ -110,8 +110,12 @@ def _cache_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
     # Debug files and printed code come from a compile; a cached load would silently skip them.
     if not cache.enabled() or config.debug_dir or config.output_code:
         return None
-    # Decompositions fill in dtypes a graph leaves open with the default dtype.
-    settings = f"{dataclasses.replace(options, debug_dir=None)!r}|{config.replace(cache_dir='')!r}|{torch.get_default_dtype()}"
+    import ptc_decomp.config
+
+    # Decompositions fill in dtypes a graph leaves open with the default dtype, and follow
+    # their own environment switches (PTC_DECOMP_RESTRIDE...).
+    settings = (f"{dataclasses.replace(options, debug_dir=None)!r}|{config.replace(cache_dir='')!r}|{torch.get_default_dtype()}"
+                f"|{ptc_decomp.config.config_from_env()!r}")
     return cache.graph_key(gm, list(example_inputs), settings)
 
 
