@@ -11,8 +11,9 @@ from typing import Any
 
 import torch.fx
 
+from . import progress
 from .config import CompileOptions, make_options
-from .pipeline import Compiled, aot_compile, compile_core, handoff, run_as_is
+from .pipeline import STATS, Compiled, aot_compile, compile_core, handoff, run_as_is
 
 Backend = Callable[[torch.fx.GraphModule, Sequence[Any]], Compiled]
 
@@ -50,7 +51,9 @@ def make_backend(name: str, options: CompileOptions) -> Backend:
     stage = BACKENDS[name]
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Compiled:
-        return stage(gm, example_inputs, options)
+        graphs, kernels = STATS.graphs, STATS.kernels
+        with progress.compiling(f"a graph of {len(gm.graph.nodes)} nodes", lambda: (STATS.graphs - graphs, STATS.kernels - kernels)):
+            return stage(gm, example_inputs, options)
 
     backend.__name__ = name
     return backend
