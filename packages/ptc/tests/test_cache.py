@@ -43,7 +43,7 @@ PROGRAM = textwrap.dedent(
 
 
 def _run(cache_dir: Path, scale: int = 4, **env: str) -> dict[str, float]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("PTC_INDUCTOR_CACHE_DIR", "PTC_GRAPH_CACHE")}
+    environ = {k: v for k, v in os.environ.items() if k not in ("PTC_INDUCTOR_CACHE_DIR", "PTC_GRAPH_CACHE") or k in env}
     environ.update(PTC_CACHE_DIR=str(cache_dir), **env)
     proc = subprocess.run([sys.executable, "-c", PROGRAM.replace("SCALE", str(scale))], capture_output=True, text=True, env=environ, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -161,3 +161,10 @@ def test_the_default_dtype_is_part_of_a_graph_key() -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PTC_DECOMP_RESTRIDE", "0")
         assert pipeline._cache_key(gm, [], make_options(None, None), config) != key
+
+
+def test_an_unwritable_cache_directory_costs_the_cache_not_the_compile(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    result = _run(blocker / "cache", PTC_INDUCTOR_CACHE_DIR=str(tmp_path / "kernels"))
+    assert result["err"] < 1e-5 and result["stores"] == 0 and result["programs"][2] == 0  # type: ignore[index]

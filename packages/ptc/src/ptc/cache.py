@@ -200,7 +200,10 @@ def lookup(key: str, load: Any, *, section: str = _GRAPHS) -> Any:
         _count(section, "corrupt")
         _count(section, "misses")
         return None
-    os.utime(path)  # recently used: the size bound evicts it last
+    try:
+        os.utime(path)  # recently used: the size bound evicts it last
+    except OSError:  # a read-only cache, or the entry evicted meanwhile: it was read all the same
+        pass
     _count(section, "hits")
     return compiled
 
@@ -210,8 +213,12 @@ def store(key: str, save: Any, *, section: str = _GRAPHS) -> None:
     final = _entry(section, key)
     if final.exists():
         return
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}.", dir=final.parent))
+    except OSError as exc:  # an unwritable cache directory: compiling still works, uncached
+        log.debug("cache entry %s not written: %s", key[:16], exc)
+        return
     try:
         save(str(tmp))
         os.replace(tmp, final)
