@@ -242,11 +242,12 @@ def _in_dtype(model: Any, inputs: tuple[Any, ...], dtype_name: str) -> tuple[Any
     return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
 
 
-def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bool, dtype: str = "default") -> dict[str, Any]:
-    """Measure one implementation of one workload; return its numbers."""
+def prepare(workload: str, impl: str, device: Any, small: bool, dtype: str) -> tuple[Workload, Any, tuple[Any, ...], Any, Any]:
+    """Build ``workload`` (cast to ``dtype``), take eager's reference step, and wrap the model for
+    ``impl`` (not compiled yet: that happens in the first call). Returns spec, model, inputs,
+    reference and the callable to time."""
     import torch
 
-    device = torch.device(device_name)
     spec = WORKLOADS[workload]
     model, inputs = spec.build(device, small)
     if dtype != "default":
@@ -255,14 +256,21 @@ def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bo
     if isinstance(model, torch.nn.Module):
         model.zero_grad(set_to_none=True)
     if impl == "torch.compile":
-        compiled = torch.compile(model)
-    elif impl == "ptc":
+        return spec, model, inputs, reference, torch.compile(model)
+    if impl == "ptc":
         sys.path[:0] = [str(p) for p in sorted(ROOT.glob("packages/*/src"))]
         import ptc
 
-        compiled = ptc.compile(model)
-    else:
-        compiled = model
+        return spec, model, inputs, reference, ptc.compile(model)
+    return spec, model, inputs, reference, model
+
+
+def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bool, dtype: str = "default") -> dict[str, Any]:
+    """Measure one implementation of one workload; return its numbers."""
+    import torch
+
+    device = torch.device(device_name)
+    spec, model, inputs, reference, compiled = prepare(workload, impl, device, small, dtype)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

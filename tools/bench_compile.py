@@ -47,24 +47,11 @@ def run_worker(workload: str, impl: str, device_name: str, small: bool, dtype: s
     """Time one first call in this process (the parent set up its caches)."""
     sys.path[:0] = [str(ROOT / "tools")]
     import torch
-    from bench import WORKLOADS, _in_dtype, _max_rel_error, _step, _sync
+    from bench import _max_rel_error, _step, _sync, prepare
 
     device = torch.device(device_name)
-    spec = WORKLOADS[workload]
     torch.manual_seed(0)
-    model, inputs = spec.build(device, small)
-    if dtype != "default":
-        inputs = _in_dtype(model, inputs, dtype)
-    reference = _step(model, inputs, spec.train)
-    if isinstance(model, torch.nn.Module):
-        model.zero_grad(set_to_none=True)
-    if impl == "ptc":
-        sys.path[:0] = [str(p) for p in sorted(ROOT.glob("packages/*/src"))]
-        import ptc
-
-        compiled = ptc.compile(model)
-    else:
-        compiled = torch.compile(model)
+    spec, _, inputs, reference, compiled = prepare(workload, impl, device, small, dtype)
     _sync(device)
     start = time.perf_counter()
     first = _step(compiled, inputs, spec.train)

@@ -331,3 +331,21 @@ def test_a_nan_constant_round_trips_through_the_boundary_check() -> None:
     loaded = ptc_spec.roundtrip(gm)
     x = torch.randn(3, dtype=torch.bfloat16)
     assert torch.equal(loaded(x).isnan(), gm(x).isnan())
+
+
+def test_graph_fingerprint_follows_structure_and_constants_dtype_and_data() -> None:
+    def graph(constant: torch.Tensor, op: Any = torch.ops.aten.add.Tensor) -> torch.fx.GraphModule:
+        root = torch.nn.Module()
+        root.c = constant
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        g.output(g.call_function(op, (x, g.get_attr("c"))))
+        return torch.fx.GraphModule(root, g)
+
+    from ptc_spec import graph_fingerprint
+
+    base = graph_fingerprint(graph(torch.ones(3)))
+    assert base == graph_fingerprint(graph(torch.ones(3)))
+    assert base != graph_fingerprint(graph(torch.full((3,), 2.0)))  # data
+    assert base != graph_fingerprint(graph(torch.ones(3).view(torch.int32)))  # same bytes, another dtype
+    assert base != graph_fingerprint(graph(torch.ones(3), torch.ops.aten.mul.Tensor))  # structure

@@ -168,3 +168,48 @@ def test_an_unwritable_cache_directory_costs_the_cache_not_the_compile(tmp_path:
     blocker.write_text("not a directory")
     result = _run(blocker / "cache", PTC_INDUCTOR_CACHE_DIR=str(tmp_path / "kernels"))
     assert result["err"] < 1e-5 and result["stores"] == 0 and result["programs"][2] == 0  # type: ignore[index]
+
+
+# bf16 weights, autocast and symbolic sizes: what users run beside the float32 MLP above.
+MIXED = textwrap.dedent(
+    """
+    import json, torch, ptc
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).bfloat16()
+    step = ptc.compile(lambda t: model(t).float().square().mean(), dynamic=True)
+    errs = []
+    for rows in (5, 9):
+        x = torch.randn(rows, 16, dtype=torch.bfloat16)
+        expected = model(x).float().square().mean()
+        expected.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        loss = step(x)
+        loss.backward()
+        errs += [abs(loss.item() - expected.item()) / abs(expected.item())]
+        errs += [((p.grad.float() - g.float()).abs().max() / g.float().abs().max()).item() for p, g in zip(model.parameters(), grads)]
+        model.zero_grad()
+    head = torch.nn.Linear(16, 8)
+    x = torch.randn(4, 16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = torch.softmax(head(x), -1)
+        out = ptc.compile(lambda t: torch.softmax(head(t), -1))(x)
+    errs.append(((out.float() - expected.float()).abs().max()).item())
+    assert out.dtype == expected.dtype, (out.dtype, expected.dtype)
+    ptc.cache.flush()
+    s = ptc.cache.STATS
+    print(json.dumps({"hits": s.hits, "misses": s.misses, "stores": s.stores, "corrupt": s.corrupt, "err": max(errs),
+                      "programs": [s.program_hits, s.program_misses, s.program_stores, s.program_corrupt]}))
+    """
+)
+
+
+def test_bf16_autocast_and_symbolic_graphs_load_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "PROGRAM", MIXED)
+    first = _run(tmp_path)
+    assert first["stores"] >= 3 and first["err"] < 2e-2  # bf16 tolerance
+    second = _run(tmp_path)
+    # Every stored graph and program is loaded; nothing new is compiled into the cache.
+    assert second["hits"] == first["stores"] and second["stores"] == 0
+    assert second["programs"][0] == first["programs"][2] and second["programs"][2] == 0  # type: ignore[index]
+    assert second["err"] < 2e-2 and second["corrupt"] == 0

@@ -31,11 +31,11 @@ from ptc_spec import (
     decode_value,
     dumps,
     encode_value,
+    graph_fingerprint,
     load,
     resolve_target,
     target_name,
 )
-from ptc_spec.serialize import graph_to_json
 
 from .config import Config
 from .errors import CorruptProgramError
@@ -92,10 +92,9 @@ def material(fn: Any, inputs: Sequence[Any], training: bool, config: Config, sha
     if not isinstance(fn, torch.fx.GraphModule) or config.dump_dir is not None:
         return None
     try:
-        structure = graph_to_json(fn)
+        graph = graph_fingerprint(fn)
         described = {
             "format": FORMAT,
-            "graph": structure,
             "inputs": [encode_value(v) if isinstance(v, TensorMeta) else [type(v).__qualname__, encode_value(v)] for v in inputs],
             "training": training,
             "grad": torch.is_grad_enabled(),
@@ -108,14 +107,7 @@ def material(fn: Any, inputs: Sequence[Any], training: bool, config: Config, sha
     except PtcSpecError as exc:
         log.debug("program not cached: %s", exc)
         return None
-    parts = [json.dumps(described, sort_keys=True).encode()]
-    for name in sorted(structure["constants"]):
-        value: Any = fn
-        for attr in name.split("."):
-            value = getattr(value, attr)
-        parts.append(f"|{name}|{value.dtype}|{tuple(value.shape)}|".encode())
-        parts.append(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return b"".join(parts)
+    return json.dumps(described, sort_keys=True).encode() + graph
 
 
 def writer(parts: ProgramParts) -> Callable[[str], None] | None:

@@ -18,7 +18,7 @@ from .events import EventChannel, TimedStep
 from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_meta, size_symbol
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
-from .serialize import FORMAT, decode_value, dumps, encode_value, load, loads, roundtrip, save
+from .serialize import FORMAT, decode_value, dumps, encode_value, graph_fingerprint, load, loads, roundtrip, save
 from .shapes import SHAPE_ENV_KEY, SymbolEnv, record_shape_env, shape_env_of, symbol_values
 from .sym_exprs import Term, integer_valued, term_source, term_value, to_term
 from .symnode import SymNode, expr_of, symbolic
@@ -77,6 +77,7 @@ __all__ = [
     "dumps",
     "dynamic_meta",
     "encode_value",
+    "graph_fingerprint",
     "expr_of",
     "fallback_problem",
     "integer_valued",

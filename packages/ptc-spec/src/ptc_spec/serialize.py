@@ -213,6 +213,19 @@ def _constant_entry(gm: torch.fx.GraphModule, node: torch.fx.Node) -> dict[str, 
     }
 
 
+def graph_fingerprint(gm: torch.fx.GraphModule) -> bytes:
+    """Bytes that differ whenever ``gm``'s graph file would: its structure and every constant's
+    name, dtype, shape and data (for cache keys; SerializationError where no file can be written)."""
+    header = graph_to_json(gm)
+    parts = [json.dumps(header, sort_keys=True, default=str).encode()]
+    for name in sorted(header["constants"]):
+        value = _constant_value(gm, name)
+        # graph_to_json records neither dtype nor data: the same bytes as another dtype is another constant.
+        parts.append(f"|{name}|{value.dtype}|{tuple(value.shape)}|".encode())
+        parts.append(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return b"".join(parts)
+
+
 def dumps(gm: torch.fx.GraphModule) -> bytes:
     """Serialize ``gm`` (graph, metadata, dialect, tensor constants) to bytes."""
     header = graph_to_json(gm)

@@ -22,7 +22,6 @@ import concurrent.futures
 import functools
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -37,7 +36,7 @@ from typing import Any, TypeVar
 import torch
 import torch.fx
 
-from ptc_spec.serialize import graph_to_json
+from ptc_spec import graph_fingerprint
 
 log = logging.getLogger("ptc.cache")
 
@@ -133,7 +132,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], settings: str
     """The key of ``gm`` compiled under ``settings`` (options and configuration as text), or None
     where the graph cannot be serialized (such a graph is compiled every time)."""
     try:
-        structure = graph_to_json(gm)
+        fingerprint = graph_fingerprint(gm)
     except Exception as exc:  # any graph ptc-spec cannot write is simply not cached
         log.debug("graph not cached: %s", exc)
         return None
@@ -141,14 +140,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: list[Any], settings: str
     digest.update(_code_version().encode())
     digest.update(settings.encode())
     digest.update(_devices(example_inputs).encode())
-    digest.update(json.dumps(structure, sort_keys=True, default=str).encode())
-    for name in sorted(structure["constants"]):
-        value: Any = gm
-        for part in name.split("."):
-            value = getattr(value, part)
-        # Same bytes in another dtype (or shape) is another constant: graph_to_json records neither.
-        digest.update(f"{name}|{value.dtype}|{tuple(value.shape)}".encode())
-        digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest.update(fingerprint)
     return digest.hexdigest()
 
 
