@@ -40,6 +40,7 @@ class Workload:
     build: Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]
     train: bool = False
     needs: str | None = None
+    mode: str = "default"  # the compile mode both compilers get (reduce-overhead for decode)
 
 
 def _pointwise(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
@@ -71,11 +72,11 @@ def _layernorm(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
     return (lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (cols,), w, b)), (x, r, w, b)
 
 
-def _gpt_mini(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+def _gpt_mini(device: Any, small: bool, sizes: tuple[int, int, int, int, int] = (512, 6, 8, 256, 8)) -> tuple[Any, tuple[Any, ...]]:
     import torch
 
     torch.manual_seed(0)
-    dim, layers, heads, seq, batch = (64, 2, 4, 32, 2) if small else (512, 6, 8, 256, 8)
+    dim, layers, heads, seq, batch = (64, 2, 4, 32, 2) if small else sizes
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
@@ -108,12 +109,17 @@ def _gpt_mini(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
     return GPT().to(device), (torch.randint(0, 1000, (batch, seq), device=device),)
 
 
+def _gpt_decode(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    # Issue 19's latency case: a 4-layer GPT at batch 1 over a 32-token window, host-bound.
+    return _gpt_mini(device, small, (512, 4, 8, 32, 1))
+
+
 # A Llama-style decoder of 8 layers (the default LlamaConfig is a 7B model).
 LLAMA_8_LAYERS = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
                   "num_key_value_heads": 16, "vocab_size": 32000, "max_position_embeddings": 2048}
 
 
-def _hf(config_name: str, model_name: str, **overrides: Any) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
+def _hf(config_name: str, model_name: str, gpu_seq: int = 256, **overrides: Any) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
     def build(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
         import torch
         import transformers
@@ -128,26 +134,30 @@ def _hf(config_name: str, model_name: str, **overrides: Any) -> Callable[[Any, b
         model = getattr(transformers, model_name)(config).to(device)
         # A CPU step at the GPU's size takes seconds on a small machine; one sequence keeps a
         # whole table within minutes there.
-        seq, batch = (32, 1) if small else (256, 8) if device.type == "cuda" else (128, 1)
+        seq, batch = (32, 1) if small else (gpu_seq, 8) if device.type == "cuda" else (128, 1)
         ids = torch.randint(0, config.vocab_size, (batch, seq), device=device)
-
-        def step(i: Any) -> Any:
-            out = model(i)
-            return out.logits if hasattr(out, "logits") else out.last_hidden_state
+        if config.is_encoder_decoder:  # T5: the decoder reads the same number of tokens
+            def step(i: Any) -> Any:
+                return model(input_ids=i, decoder_input_ids=i).logits
+        else:
+            def step(i: Any) -> Any:
+                out = model(i)
+                return out.logits if hasattr(out, "logits") else out.last_hidden_state
 
         return step, (ids,)
 
     return build
 
 
-def _timm(name: str) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
+def _timm(name: str, gpu_batch: int = 64, train: bool = False) -> Callable[[Any, bool], tuple[Any, tuple[Any, ...]]]:
     def build(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
         import timm
         import torch
 
         torch.manual_seed(0)
-        model = timm.create_model(name, pretrained=False).to(device).eval()
-        batch = 1 if small else (32 if device.type == "cuda" else 4)
+        # drop_rate and drop_path_rate stay at timm's defaults of 0: training steps are deterministic.
+        model = timm.create_model(name, pretrained=False).to(device).train(train)
+        batch = 1 if small else (gpu_batch if device.type == "cuda" else 4)
         return model, (torch.randn(batch, 3, 224, 224, device=device),)
 
     return build
@@ -191,12 +201,18 @@ WORKLOADS = {
         Workload("layernorm-residual", _layernorm),
         Workload("gpt-mini-infer", _gpt_mini),
         Workload("gpt-mini-train", _gpt_mini, train=True),
-        Workload("gpt2-infer", _hf("GPT2Config", "GPT2LMHeadModel"), needs="transformers"),
-        Workload("gpt2-train", _hf("GPT2Config", "GPT2LMHeadModel"), train=True, needs="transformers"),
-        Workload("bert-infer", _hf("BertConfig", "BertModel"), needs="transformers"),
-        Workload("llama-infer", _hf("LlamaConfig", "LlamaForCausalLM", **LLAMA_8_LAYERS), needs="transformers"),
+        Workload("gpt-decode", _gpt_decode, mode="reduce-overhead"),
+        # Issue 19's sizes on the GPU: GPT-2 b8x1024, BERT and Llama b8x512, ResNet-50 b64
+        # (training b32), ViT-B/16 and ConvNeXt-tiny b64.
+        Workload("gpt2-infer", _hf("GPT2Config", "GPT2LMHeadModel", gpu_seq=1024), needs="transformers"),
+        Workload("gpt2-train", _hf("GPT2Config", "GPT2LMHeadModel", gpu_seq=1024), train=True, needs="transformers"),
+        Workload("bert-infer", _hf("BertConfig", "BertModel", gpu_seq=512), needs="transformers"),
+        Workload("llama-infer", _hf("LlamaConfig", "LlamaForCausalLM", gpu_seq=512, **LLAMA_8_LAYERS), needs="transformers"),
+        Workload("t5-infer", _hf("T5Config", "T5ForConditionalGeneration", gpu_seq=512, dropout_rate=0.0), needs="transformers"),
         Workload("resnet50-infer", _timm("resnet50"), needs="timm"),
+        Workload("resnet50-train", _timm("resnet50", gpu_batch=32, train=True), train=True, needs="timm"),
         Workload("vit-infer", _timm("vit_base_patch16_224"), needs="timm"),
+        Workload("convnext-infer", _timm("convnext_tiny"), needs="timm"),
         Workload("hf-resnet50-infer", _hf_vision("ResNetConfig", "ResNetForImageClassification"), needs="transformers"),
         Workload("hf-vit-infer", _hf_vision("ViTConfig", "ViTForImageClassification"), needs="transformers"),
     ]
@@ -256,12 +272,12 @@ def prepare(workload: str, impl: str, device: Any, small: bool, dtype: str) -> t
     if isinstance(model, torch.nn.Module):
         model.zero_grad(set_to_none=True)
     if impl == "torch.compile":
-        return spec, model, inputs, reference, torch.compile(model)
+        return spec, model, inputs, reference, torch.compile(model, mode=spec.mode)
     if impl == "ptc":
         sys.path[:0] = [str(p) for p in sorted(ROOT.glob("packages/*/src"))]
         import ptc
 
-        return spec, model, inputs, reference, ptc.compile(model)
+        return spec, model, inputs, reference, ptc.compile(model, mode=spec.mode)
     return spec, model, inputs, reference, model
 
 

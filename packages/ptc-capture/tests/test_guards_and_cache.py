@@ -225,3 +225,41 @@ def test_guards_are_listed_by_explain():
     text = str(report)
     assert "TENSOR: L['x']" in text
     assert "CONST: G['FACTOR']" in text
+
+
+class _Settings:
+    def __init__(self) -> None:
+        self.scale = 2.0
+
+    def describe(self) -> str:
+        return "settings"
+
+
+def _reads_bound_methods(x, settings, items):
+    # Each read makes a new bound-method object: `settings.__reduce_ex__` (a C method, whose
+    # call breaks the graph), `settings.describe` (a Python method) and `dict.fromkeys`
+    # (bound to the class).
+    reduce = settings.__reduce_ex__
+    describe = settings.describe
+    keys = dict.fromkeys(items)
+    state = reduce(4)
+    return x * settings.scale + len(state) + len(describe()) + len(keys)
+
+
+def test_bound_method_reads_do_not_recompile():
+    # A guard on the identity of `obj.method` can never hold again: it recompiled on every call
+    # (transformers' T5 deep-copies its config through `__reduce_ex__` in forward).
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_reads_bound_methods)
+    settings, items = _Settings(), ["a", "b"]
+    for _ in range(4):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, settings, items), _reads_bound_methods(x, settings, items))
+    first = backend.count
+    for _ in range(3):
+        compiled(torch.randn(3), settings, items)
+    assert backend.count == first
+    other = _Settings()
+    other.scale = 5.0
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x, other, items), _reads_bound_methods(x, other, items))

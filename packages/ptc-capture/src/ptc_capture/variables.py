@@ -244,6 +244,14 @@ def value_source(source: Source, key: Any, index: int, raw: bool = False) -> Sou
     return Source("raw_values" if raw else "values", None, source).item(index)
 
 
+def _fresh_bound_method(value: Any) -> bool:
+    """Whether ``value`` is a method bound at each attribute read (a new object every time)."""
+    if isinstance(value, types.MethodType):
+        return True
+    bound = getattr(value, "__self__", None)
+    return isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and bound is not None and not isinstance(bound, types.ModuleType)
+
+
 def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
     """Return the Var of a real value read from ``source``, adding the guards the trace relies on."""
     guards = state.guards
@@ -301,7 +309,15 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
         return Var("function", value, source=source)
     if callable(value) or isinstance(value, types.ModuleType):
         if source is not None:
-            guards.add(Guard("id", source, value))
+            if _fresh_bound_method(value):
+                # `obj.__reduce_ex__` is a new object on every read, so its identity never
+                # holds twice and would recompile every call; what the read means is fixed by
+                # the object it binds (and, for a Python method, the function).
+                guards.add(Guard("id", source.attr("__self__"), value.__self__))
+                if isinstance(value, types.MethodType):
+                    guards.add(Guard("id", source.attr("__func__"), value.__func__))
+            else:
+                guards.add(Guard("id", source, value))
         return Var("callable", value, source=source)
     if source is not None:
         guards.add(Guard("type", source, ty))
