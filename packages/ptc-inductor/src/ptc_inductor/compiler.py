@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import hashlib
+import linecache
 import logging
 import time
 from collections.abc import Callable
@@ -131,7 +133,11 @@ def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> Co
 
 def compile_source(text: str) -> Any:
     """Byte-compile the generated wrapper (``compile`` here is ours, so reach the builtin explicitly)."""
-    return builtins.compile(text, "<ptc_inductor wrapper>", "exec")
+    # A name per wrapper, its lines in linecache: tracebacks, profilers and allocator
+    # histories then show the wrapper line that launched a kernel or allocated a buffer.
+    name = f"<ptc_inductor wrapper {hashlib.sha256(text.encode()).hexdigest()[:12]}>"
+    linecache.cache[name] = (len(text), None, text.splitlines(keepends=True), name)
+    return builtins.compile(text, name, "exec")
 
 
 def _write_debug(path: str, lowered: LoweredGraph, sched: Schedule, plan: MemoryPlan, source: str, wrapper: str) -> None:
