@@ -29,13 +29,19 @@ SKIP = ("/torch/", "/site-packages/", "profile_memory.py", "bench.py", "<frozen"
 
 
 def _site(frames: list[dict[str, Any]]) -> str:
+    # The innermost two frames of compiled code (ptc's wrapper and runtime, torch.compile's output
+    # code) or of the user's model, so a buffer reads as "this wrapper line, called from there".
+    found = []
     for frame in frames:
         name = frame.get("filename", "")
-        if any(s in name for s in SKIP) and "torchinductor" not in name and "/ptc" not in name:
+        ours = "torchinductor" in name or "ptc_inductor wrapper" in name or "/ptc" in name
+        if not ours and (any(s in name for s in SKIP) or not (name.endswith(".py") or name.startswith("<"))):
             continue
         line = linecache.getline(name, frame.get("line", 0)).strip()
-        return f"{Path(name).name}:{frame.get('line')} {frame.get('name')}: {line[:110]}"
-    return "(no frame outside torch)"
+        found.append(f"{Path(name).name}:{frame.get('line')} {frame.get('name')}: {line[:100]}")
+        if len(found) == 2:
+            break
+    return " <- ".join(found) or "(no frame outside torch)"
 
 
 def worker(workload: str, impl: str, dtype: str) -> dict[str, Any]:
@@ -49,7 +55,7 @@ def worker(workload: str, impl: str, dtype: str) -> dict[str, Any]:
     del out
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     torch.cuda.reset_peak_memory_stats()
     out = bench._step(compiled, inputs, spec.train)  # held through the snapshot, as a caller holds it
     torch.cuda.synchronize()
