@@ -6,6 +6,7 @@ GraphModule itself run eagerly. The ``gpu`` cases run on CUDA (with ``TRITON_INT
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -260,3 +261,30 @@ def test_cudnn_attention_without_grad_runs_though_its_logsumexp_is_undefined() -
     compiled = ptc_inductor.compile(gm)
     compare_with_eager(compiled, gm, TensorMeta.of(shape, dtype=torch.bfloat16, device="cuda").example(), rtol=2e-2, atol=2e-2)
     torch.cuda.synchronize()
+
+
+def test_an_expanded_attention_bias_is_stored_once_and_passed_with_zero_strides() -> None:
+    # A causal mask computed once and expanded over the heads in every layer: memory-efficient
+    # attention reads it through a stride-0 view of one aligned buffer, not a stored copy of
+    # (batch, heads, seq, seq) per layer (12 copies of 384 MB in GPT-2 at b8x1024, all live).
+    batch, heads, seq, dim, layers = 2, 4, 32, 16, 3
+    b = GraphBuilder("core/2")
+    q = b.input("q", TensorMeta.of((batch, heads, seq, dim)))
+    mask = b.input("mask", TensorMeta.of((batch, 1, seq, seq)))
+    bias = b.call(aten.mul.Tensor, mask, -1e4)
+    x = q
+    for _ in range(layers):
+        full = b.call(aten.expand.default, bias, [batch, heads, seq, seq])
+        out = b.call(aten._scaled_dot_product_efficient_attention.default, x, q, q, full, False)
+        x = b.call(aten.add.Tensor, out[0], q)
+    b.output(x)
+    compiled = ptc_inductor.compile(b.build())
+    calls = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+    assert len(calls) == layers
+    biases = {call.args[3] for call in calls}
+    assert len(biases) == 1  # one stored bias, read by every layer
+    (arg,) = biases
+    assert arg.size == (batch, heads, seq, seq) and arg.stride[1] == 0
+    assert all(s % 16 == 0 for s in (*arg.stride[:-1], arg.offset)) and arg.stride[-1] == 1
+    stored = [b for k in compiled.schedule.kernels for n in k.nodes for b in n.outputs]
+    assert max(math.prod(b.layout.size) for b in stored) < batch * heads * seq * seq

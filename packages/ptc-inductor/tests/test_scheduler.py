@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from conftest import check
 
+import ptc_inductor
+
 aten = torch.ops.aten
 
 
@@ -108,3 +110,35 @@ def test_a_reduction_nobody_reads_is_not_computed() -> None:
     compiled = check(pool_values, torch.randn(32, 9))
     reductions = [n.reduction_type for k in compiled.schedule.kernels for n in k.nodes if n.is_reduction]
     assert reductions == ["max"]
+
+
+def _before_and_after_matmul(a: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    t = aten.add.Tensor(a, 1.0)
+    m = aten.mm.default(t, w)
+    # Reads only the input `a`: free to join t's kernel, before the matmul.
+    u = aten.mul.Tensor(a, 3.0)
+    return m, u, aten.add.Tensor(u, aten.sum.dim_IntList(m, [1], True))
+
+
+def _kernel_positions(compiled: ptc_inductor.CompiledGraph) -> tuple[int, list[int]]:
+    steps = compiled.schedule.steps
+    extern = next(i for i, s in enumerate(steps) if not hasattr(s, "nodes"))
+    return extern, [i for i, s in enumerate(steps) if hasattr(s, "nodes")]
+
+
+def test_a_big_independent_value_is_not_computed_before_an_extern_call() -> None:
+    # u is 4 MiB: computed in t's kernel it would live across the matmul for nothing.
+    g = torch.Generator().manual_seed(2)
+    compiled = check(_before_and_after_matmul, torch.randn(1024, 1024, generator=g), torch.randn(1024, 8, generator=g))
+    extern, kernels = _kernel_positions(compiled)
+    mul_step = next(i for i, s in enumerate(compiled.schedule.steps) if hasattr(s, "nodes") and any("mul" in o for n in s.nodes for o in n.origins))
+    assert mul_step > extern, (extern, kernels)
+
+
+def test_a_small_independent_value_still_joins_the_earlier_kernel() -> None:
+    # Below the threshold a launch saved is worth more than a few KiB held a little longer.
+    g = torch.Generator().manual_seed(3)
+    compiled = check(_before_and_after_matmul, torch.randn(32, 32, generator=g), torch.randn(32, 8, generator=g))
+    extern, kernels = _kernel_positions(compiled)
+    mul_step = next(i for i, s in enumerate(compiled.schedule.steps) if hasattr(s, "nodes") and any("mul" in o for n in s.nodes for o in n.origins))
+    assert mul_step < extern

@@ -175,6 +175,15 @@ def live_nodes(nodes: Sequence[Node], accesses: dict[str, Access], outputs: Coll
     return kept[::-1]
 
 
+HOIST_BYTES = 1 << 20
+"""A node making more than this (and more than it reads from the kernel) never joins a kernel
+that runs before an extern call it follows: fusion must not stretch big buffers' lives."""
+
+
+def _bytes_read_from(step: Sequence[ComputedNode], reads: Collection[str]) -> int:
+    return sum(sizes.hint(b.layout.nbytes) for n in step for b in n.outputs if b.name in reads)
+
+
 def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | None = None) -> Schedule:
     """Order nodes into kernels and extern calls, fusing where legal and profitable.
 
@@ -197,9 +206,16 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
         earliest = max((produced_at[r] for r in reads if r in produced_at), default=-1)
         best, best_score = -1, -1
         best_outer: tuple[Size, ...] = ()
+        after_extern = False
+        made = sum(sizes.hint(b.layout.nbytes) for b in node.outputs)
         for si in range(len(steps) - 1, max(earliest, 0) - 1, -1) if config.fuse else ():
             step = steps[si]
             if isinstance(step, ExternNode):
+                after_extern = True
+                continue
+            if after_extern and made > HOIST_BYTES and made > _bytes_read_from(step, reads):
+                # Joining a kernel before an extern call computes the node early: its outputs
+                # would live across the call (and any later ones) for nothing but a launch.
                 continue
             candidate = [*step, node]
             outer = outer_ranges(candidate)

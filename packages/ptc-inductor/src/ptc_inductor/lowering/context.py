@@ -512,12 +512,44 @@ class LoweringContext:
         stored into rows padded to ``align``, as eager pads the bias it hands that kernel."""
         if value.view is not None and _aligned(value.view, align):
             return value.view
+        realized = self._lazy[self._key_of[id(value)]].realized if value.view is None else None
+        if realized is not None and realized.view is not None and _aligned(realized.view, align):
+            return realized.view
+        broadcast = self._aligned_broadcast(value, align)
+        if broadcast is not None:
+            return broadcast
         if value.view is not None or self._lazy[self._key_of[id(value)]].realized is not None:
             # Already in a buffer of another layout: copy it.
             value = self.lazy(dataclasses.replace(value, view=None), [value], 0)
         real = self.realize(value, padded_strides(value.size, align), exact=True)
         assert real.view is not None
         return real.view
+
+    def _aligned_broadcast(self, value: TensorValue, align: int) -> BufferArg | None:
+        """A lazy view of a smaller value (an attention mask expanded over heads) as a stride-0
+        view of that value stored once in aligned rows; None when ``value`` is no such view.
+
+        Storing the expanded value instead costs its full size per call site: a causal mask
+        expanded to (batch, heads, seq, seq) in every layer of a transformer."""
+        if value.view is not None:
+            return None
+        record = self._lazy[self._key_of[id(value)]]
+        if record.realized is not None or record.view_of is None or record.restride is None:
+            return None
+        base = self._lazy[record.view_of]
+        if sizes.hint(base.value.numel) >= sizes.hint(value.numel):
+            return None
+        base_arg = self.as_aligned_arg(base.value, align)
+        found = record.restride(base_arg.stride, base_arg.offset)
+        if found is None:
+            return None
+        view = BufferArg(base_arg.buffer, value.size, tuple(sizes.normalize(s) for s in found[0]), sizes.normalize(found[1]))
+        if not _aligned(view, align):
+            return None
+        record.realized = TensorValue(value.dtype, value.device, value.size, buffer_loader(view, value.dtype), view)
+        self._costs.clear()
+        self._realized_keys.append(self._key_of[id(value)])
+        return view
 
 
 def padded_strides(size: Sequence[Size], align: int) -> tuple[Size, ...]:
