@@ -4,6 +4,7 @@ when eager would, in one graph with eager's results."""
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 import torch
@@ -155,3 +156,26 @@ def test_draining_an_endless_iterator_breaks_instead_of_hanging():
     finally:
         set_config(old)
     assert capture.breaks and "endless iterator" in capture.breaks[0].reason
+
+
+@ptc_capture.disable
+def _opaque(x):
+    return x + 1
+
+
+def _eager_parent(weights, x):
+    try:
+        y = _opaque(x)  # a graph break inside a try block: this frame runs eagerly
+    finally:
+        pass
+    # ... so each comprehension's frame is captured alone, given its dict iterator as ``.0``.
+    return [w * y for w in weights.values()], {k: v + y for k, v in weights.items()}, [k for k in weights]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="comprehensions are inlined into their function from 3.12 (PEP 709)")
+def test_a_comprehension_frame_given_a_dict_iterator_is_captured():
+    weights = {"a": torch.randn(3), "b": torch.randn(3)}
+    explained = ptc_capture.explain(_eager_parent)(weights, torch.randn(3))
+    assert not any("FOR_ITER" in record.reason for record in explained.break_reasons)
+    assert explained.graph_count >= 2  # the list and dict comprehensions
+    compare_with_eager(ptc_capture.optimize(CountingBackend())(_eager_parent), _eager_parent, weights, torch.randn(3))

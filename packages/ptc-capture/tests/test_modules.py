@@ -354,3 +354,48 @@ def _builds_a_linear(x):
 def test_a_module_with_parameters_made_in_forward_breaks_and_runs_as_eager():
     explained = ptc_capture.explain(_builds_a_linear)(torch.randn(3, 4))
     assert "parameters or buffers" in explained.break_reasons[0].reason
+
+
+class _PartialConv(torch.nn.Module):
+    # As timm's FasterNet Partial_conv3: no forward of its own; __init__ binds one of its
+    # methods as the instance attribute ``forward``, which nn.Module.__call__ reads.
+    def __init__(self, mode):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 2, 3, padding=1, bias=False)
+        self.forward = self.forward_split_cat if mode == "split_cat" else self.forward_slicing
+
+    def forward_slicing(self, x):
+        x = x.clone()
+        x[:, :2] = self.conv(x[:, :2]) * 2  # differs from split_cat, so a stale graph shows
+        return x
+
+    def forward_split_cat(self, x):
+        x1, x2 = torch.split(x, [2, 2], dim=1)
+        return torch.cat((self.conv(x1), x2), 1)
+
+
+class _PartialNet(torch.nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.mix = _PartialConv(mode)
+        self.head = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return self.head(self.mix(x)) + x
+
+
+@pytest.mark.parametrize("mode", ["split_cat", "slicing"])
+def test_a_forward_bound_on_the_instance_is_the_one_called_in_one_graph(mode):
+    torch.manual_seed(0)
+    model = _PartialNet(mode)
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(model)
+    # The slicing forward writes into a view autograd saved: inference only, as in timm.
+    training = mode == "split_cat"
+    compare_with_eager(compiled, model, torch.randn(2, 4, 5, 5, requires_grad=training), grads=training)
+    assert backend.count == 1
+    # Another method bound in its place is seen (the instance attribute is guarded).
+    model.mix.forward = model.mix.forward_slicing if mode == "split_cat" else model.mix.forward_split_cat
+    with torch.no_grad():
+        compare_with_eager(compiled, model, torch.randn(2, 4, 5, 5))
+    assert backend.count == 2

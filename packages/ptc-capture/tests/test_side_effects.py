@@ -130,3 +130,48 @@ def test_object_setattr_on_a_frame_object_is_replayed_past_its_override():
     torch.testing.assert_close(obj.cached, x * 2)
     assert backend.count == 1
     assert ptc_capture.explain(_bypasses_setattr)(x, Frozen()).graph_break_count == 0
+
+
+class _Box:
+    def __init__(self):
+        self.items = [torch.ones(2), torch.zeros(2)]
+        self.child = _Child()
+
+
+class _Child:
+    pass
+
+
+@ptc_capture.disable
+def _opaque_step(x):
+    return x + 1
+
+
+def _reads_then_rebinds(box, x):
+    # As transformers' ModelOutput.__post_init__: a value read from an attribute, then the
+    # attribute reset, then the value used (after a graph break, and in the result).
+    first, child = box.items, box.child
+    box.items = None
+    box.child = None
+    y = _opaque_step(x)
+    for item in first:
+        y = y + item
+    return y, first, child
+
+
+def _reads_then_rebinds_no_break(box, x):
+    child, items = box.child, box.items
+    box.child, box.items = _Child(), None
+    return x * 2, items, child
+
+
+@pytest.mark.parametrize("fn", [_reads_then_rebinds, _reads_then_rebinds_no_break], ids=["graph_break", "one_graph"])
+def test_a_value_read_before_its_attribute_is_rebound_keeps_the_value_read(fn):
+    compiled = ptc_capture.optimize(CountingBackend())(fn)
+    for _ in range(2):
+        box, expected_box = _Box(), _Box()
+        out = compiled(box, torch.ones(2))
+        expected = fn(expected_box, torch.ones(2))
+        torch.testing.assert_close(out[0], expected[0])
+        assert type(out[2]) is _Child and out[2] is not box.child and out[1] is not None
+        assert (box.items, type(box.child)) == (expected_box.items, type(expected_box.child))

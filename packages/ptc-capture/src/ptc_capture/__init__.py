@@ -37,6 +37,7 @@ _LAZY_API = (
     "mark_static",
     "optimize",
     "register_backend",
+    "register_module_wrapper",
     "reset",
     "set_config",
     "set_logs",

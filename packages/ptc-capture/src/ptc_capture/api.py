@@ -41,6 +41,7 @@ __all__ = [
     "mark_static",
     "optimize",
     "register_backend",
+    "register_module_wrapper",
     "reset",
     "set_config",
     "set_logs",
@@ -80,6 +81,11 @@ class FrameCallback:
 
     def _capture(self, code: types.CodeType, cache: CodeCache, frame: Any, closure: tuple[Any, ...]) -> types.CodeType | Callable[..., Any] | None:
         config = get_config()
+        if _runs_under_autograd_apply(code, frame.f_locals):
+            # A graph break left an autograd.Function's apply to run eagerly (see
+            # interpreter/autograd_function.py); its forward must stay eager too.
+            framehook.set_code_skip(code, True)
+            return None
         count = cache.count(self)
         stance = _STANCE.name
         reason = None
@@ -123,6 +129,15 @@ class FrameCallback:
             seconds = time.perf_counter() - start
             events.COMPILES.emit(events.CompileEvent(code.co_qualname, code.co_filename, code.co_firstlineno, count, reason, capture, start, seconds))
         return capture.target
+
+
+def _runs_under_autograd_apply(code: types.CodeType, f_locals: Any) -> bool:
+    """True for a frame whose first argument is the C ctx autograd.Function.apply made: a
+    Function's forward or setup_context that eager apply is running."""
+    if not code.co_argcount:
+        return False
+    first = f_locals.get(code.co_varnames[0]) if isinstance(f_locals, dict) else None
+    return isinstance(first, torch._C._FunctionBase)
 
 
 def _failures(cache: CodeCache, owner: Any, frame: Any, closure: tuple[Any, ...]) -> str:
@@ -172,9 +187,29 @@ class OptimizedModule(torch.nn.Module):
         return _run_with_callback(self._ptc_callback, module, args, kwargs)
 
 
+MODULE_WRAPPERS: dict[type, Callable[[Any], Any]] = {}
+"""Wrapper module class -> the module an instance wraps (see register_module_wrapper)."""
+
+
+def register_module_wrapper(cls: type, inner: Callable[[Any], Any]) -> None:
+    """Make optimize/explain of a ``cls`` instance run its forward as it is and capture the
+    forward of ``inner(instance)`` instead (DistributedDataParallel around the user's model)."""
+    MODULE_WRAPPERS[cls] = inner
+
+
 def _force_hook(fn: Any) -> None:
     # Code in torch's own files is skipped by default; an explicitly optimized function or
     # module forward is captured wherever it lives.
+    if isinstance(fn, torch.nn.Module):
+        inner = MODULE_WRAPPERS.get(type(fn))
+        if inner is not None:
+            # The wrapper's forward (its hooks and collectives) runs as it is; the frames it
+            # calls are still captured.
+            if framehook.available:
+                framehook.set_code_skip(type(fn).forward.__code__, True)
+            _force_hook(inner(fn))
+            return
+        fn = type(fn).forward
     code = getattr(fn, "__code__", None)
     if framehook.available and isinstance(code, types.CodeType):
         framehook.set_code_skip(code, False)
@@ -194,7 +229,7 @@ def optimize(backend: str | Backend = "eager", *, fullgraph: bool = False, dynam
 
     def decorate(fn: F) -> F:
         if isinstance(fn, torch.nn.Module):
-            _force_hook(type(fn).forward)
+            _force_hook(fn)
             return OptimizedModule(fn, callback)  # type: ignore[return-value]
         _force_hook(fn)
 

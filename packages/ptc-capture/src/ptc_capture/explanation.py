@@ -70,7 +70,7 @@ def explain(fn: Callable[..., Any]) -> Callable[..., ExplainOutput]:
         if isinstance(target, torch.nn.Module):
             from ptc_capture.api import _force_hook
 
-            _force_hook(type(target).forward)
+            _force_hook(target)
         report.out = _run_with_callback(callback, target, args, kwargs)
         report.graph_count = len(report.graphs)
         report.graph_break_count = len(report.break_reasons)

@@ -24,7 +24,7 @@ import torch
 
 from ptc_capture import framehook
 from ptc_capture.autocast_state import AutocastExit, AutocastSwitch, apply_transition, nesting, restore
-from ptc_capture.deferred import DeferredCall
+from ptc_capture.deferred import DeferredCall, vars_in
 from ptc_capture.guards import source_expr
 from ptc_capture.interpreter.classes import made_in_trace
 from ptc_capture.interpreter.objects import is_slot
@@ -124,7 +124,7 @@ class RunnerSource:
             return self._box(var)
         if kind in ("function", "callable", "module", "object"):
             if var.source is not None:
-                return source_expr(var.source, self.params)
+                return self.memo.get(id(var)) or source_expr(var.source, self.params)
             return self.k(var.value)
         if kind == "method":
             return f"{self.k(types.MethodType)}({self.k(var.value)}, {self.expr(var.items[0])})"
@@ -262,6 +262,28 @@ class RunnerSource:
         self.memo[id(var)] = name
         return name
 
+    def bind_sources(self, roots: list[Var]) -> None:
+        """Read into locals, now, every value that ``roots`` reach through a source.
+
+        The side effects replayed next may rebind what a source reads (``x = self.x`` then
+        ``self.x = None``, as transformers' ModelOutput.__post_init__ does); the values the
+        trace holds are the ones read before.
+        """
+        seen: set[int] = set()
+        pending = list(roots)
+        while pending:
+            var = pending.pop()
+            if id(var) in seen:
+                continue
+            seen.add(id(var))
+            if var.source is not None and var.kind in ("function", "callable", "module", "object"):
+                if id(var) not in self.memo:
+                    self.memo[id(var)] = self.temp(source_expr(var.source, self.params))
+            elif var.source is not None and var.kind in ("list", "dict", "iter", "userobj"):
+                self._box(var)
+            else:
+                pending.extend(_parts(var))
+
     def effect(self, effect: Effect) -> None:
         """Append the replay of one side effect."""
         if effect.kind == "global":
@@ -271,6 +293,9 @@ class RunnerSource:
             assert effect.target is not None and effect.value is not None
             store = "setattr" if effect.kind == "setattr" else "object.__setattr__"
             self.lines.append(f"    {store}({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})")
+        elif effect.kind == "call":
+            assert effect.value is not None
+            self.expr(effect.value)  # a deferred call: emitting its value makes the call
         else:
             assert effect.target is not None
             target = self.expr(effect.target)
@@ -280,6 +305,27 @@ class RunnerSource:
             else:
                 items = ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in box.items.items())
                 self.lines.append(f"    {target}.clear(); {target}.update({{{items}}})")
+
+
+def _parts(var: Var) -> list[Var]:
+    """The Vars inside ``var`` (items, contents, attributes, arguments) that the runner may rebuild."""
+    kind, box = var.kind, var.box
+    if kind in ("tuple", "method", "partial", "slice", "tensor_method", "container_method"):
+        return list(var.items)
+    if kind == "list":
+        return list(box.items)
+    if kind == "dict":
+        return list(box.items.values())
+    if kind == "iter":
+        pending: list[Var] = box.pending()
+        return pending + ([box.over] if box.over is not None else [])
+    if kind == "userobj":
+        return list(box.attrs.values()) + (list(box.items.items.values()) if box.items is not None else [])
+    if kind == "deferred":
+        return list(vars_in((var.value.args, var.value.kwargs)))
+    if kind == "closure":
+        return [cell.contents for cell in var.value.cells if cell.contents is not None]
+    return []
 
 
 def new_object(
@@ -360,6 +406,13 @@ def build_runner(
         # its entry state, so put the thread where eager would be at this point.
         a = autocast
         src.lines.append(f"    {src.k(apply_transition)}({src.k(a.entry)}, {src.k(a.final)}, {a.open_regions})")
+    if effects:
+        roots = [v for e in effects for v in (e.target, e.value) if v is not None]
+        if plan is None:
+            roots += [] if result is None else [result]
+        else:
+            roots += [*plan.stack, *plan.locals.values()]
+        src.bind_sources(roots)
     for effect in effects:
         src.effect(effect)
     if plan is None:

@@ -18,7 +18,7 @@ __all__ = ["Effect", "SideEffects"]
 @dataclass(frozen=True, slots=True)
 class Effect:
     """One mutation: ``kind`` is setattr (target.name = value), raw_setattr (object.__setattr__, past a
-    class's own __setattr__), global (G[name] = value), or contents."""
+    class's own __setattr__), global (G[name] = value), contents, or call (a deferred call run for its effect)."""
 
     kind: str
     target: Var | None
@@ -61,6 +61,10 @@ class SideEffects:
             return
         target.box.mutated = True
         self.log.append(Effect("contents", target, None, None))
+
+    def call_after(self, call: Var) -> None:
+        """Run ``call`` (a deferred Var) after the graph even if nothing uses its result (a check that raises)."""
+        self.log.append(Effect("call", None, None, call))
 
     def values(self) -> list[Var]:
         """Every Var the replay needs."""

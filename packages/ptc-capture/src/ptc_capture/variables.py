@@ -200,6 +200,20 @@ def _wrap_iterator(state: CaptureState, value: Any, source: Source) -> Var:
     return Var("iter", box=IterBox(items[position:]))
 
 
+_DICT_ITERATORS: tuple[type, ...] = (type(iter({})), type(iter({}.values())), type(iter({}.items())))
+
+
+def _wrap_comprehension_iterator(state: CaptureState, value: Any, source: Source) -> Var:
+    # A comprehension's own iterator over a dict: CPython 3.11 passes it to the comprehension's
+    # frame as the argument ``.0`` and nothing else holds it, so the trace may consume a copy.
+    # __reduce__ lists the items still to come without advancing it.
+    reduced = value.__reduce__()
+    reduce_source = Source("reduce", None, source)
+    state.guards.add(Guard("len", reduce_source, (tuple, len(reduced))))
+    items = state.wrap(reduced[1][0], reduce_source.item(1).item(0))
+    return Var("iter", box=IterBox(list(items.box.items)))
+
+
 def _wrap_autocast(state: CaptureState, value: Any, source: Source | None) -> Var:
     # A real torch.autocast object (the instance a @torch.autocast(...) decorator closes over)
     # or a region's exit passed to a resume function: the trace reads their fields once, so the
@@ -229,6 +243,9 @@ def constant_key(key: Any) -> bool:
         # A class compares and hashes by identity unless its metaclass says otherwise
         # (registries keyed by config classes, as transformers' auto mappings).
         return all(getattr(ty, slot) is getattr(type, slot) for slot in ("__eq__", "__hash__"))
+    if ty.__module__ == "typing" and all(getattr(ty, slot) is getattr(object, slot) for slot in ("__eq__", "__hash__")):
+        # typing's special forms (Union, Literal) key validator tables; they too compare by identity.
+        return True
     return ty in _KEY_TYPES
 
 
@@ -293,6 +310,8 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
         return _wrap_autocast(state, value, source)
     if ty in _SEQUENCE_ITERATORS and source is not None:
         return _wrap_iterator(state, value, source)
+    if ty in _DICT_ITERATORS and source is not None and source.kind == "local" and source.name == ".0":
+        return _wrap_comprehension_iterator(state, value, source)
     if isinstance(value, torch.nn.Module):
         if source is not None:
             guards.add(Guard("id", source, value))

@@ -140,13 +140,23 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
 
 _PLAIN_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device)
 
+PLAIN_DATA_TYPES: set[type] = set()
+"""More immutable value types read as constants (registered by other rules: c10d's reduce ops)."""
+
 
 def _plain_data(value: Any) -> bool:
     """Immutable Python data (numbers, strings, dtypes and tuples of them): its value is all the
     trace needs, so it is read as a constant even without a source (a kernel_size tuple)."""
     if type(value) is tuple:
         return all(_plain_data(v) for v in value)
-    return isinstance(value, _PLAIN_TYPES)
+    return isinstance(value, _PLAIN_TYPES) or type(value) in PLAIN_DATA_TYPES or _type_annotation(value)
+
+
+def _type_annotation(value: Any) -> bool:
+    """A typing construct (``int | None``, ``list[int]``, ``Optional[str]``): immutable, as a
+    class is (a dataclass field's ``type`` that validators read)."""
+    ty = type(value)
+    return ty in (types.UnionType, types.GenericAlias) or ty.__module__ == "typing" and hasattr(value, "__origin__")
 
 
 def _unsupported_tensor(name: str) -> Var:
@@ -202,7 +212,17 @@ def _deferred_attr(frame: Frame, obj: Var, name: str) -> Var:
 
 
 def userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
-    """The Var of ``obj.<name>`` for an object created while tracing (instance dict, then class)."""
+    """The Var of ``obj.<name>`` for an object created while tracing: its class's Python
+    ``__getattribute__`` traced, else the generic lookup."""
+    getter = class_attr(obj.value, "__getattribute__")
+    if isinstance(getter, types.FunctionType):
+        # As transformers' PretrainedConfig, which maps names through attribute_map.
+        return inline_function(frame, getter, None, [obj, const(name)], {})
+    return generic_userobj_attr(frame, obj, name)
+
+
+def generic_userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
+    """``object.__getattribute__(obj, name)`` for an object created while tracing (instance dict, then class)."""
     if name in obj.box.attrs:
         found: Var = obj.box.attrs[name]
         return found
@@ -368,3 +388,58 @@ def store_attribute(frame: Frame, obj: Var, name: str, value: Var) -> None:
     if isinstance(obj.value, torch.nn.Module) and value.kind == "tensor" and name in obj.value._parameters:
         raise Unsupported("assigning to a parameter inside the traced region is not supported")
     frame.state.side_effects.store_attr(obj, name, value)
+
+
+@handler("DELETE_ATTR")
+def _delete_attr(frame: Frame, inst: dis.Instruction) -> None:
+    delete_attribute(frame, frame.pop(), inst.argval)
+
+
+def delete_attribute(frame: Frame, obj: Var, name: str) -> None:
+    """Trace ``del obj.<name>`` (and ``delattr``) on an object made in the trace: its instance
+    dict loses the entry. Elsewhere (objects from the frame) a graph break."""
+    if obj.kind != "userobj":
+        raise Unsupported(f"deleting attribute {name!r} of a {obj.kind} is not supported")
+    cls = obj.value
+    deleter = class_attr(cls, "__delattr__")
+    if isinstance(deleter, types.FunctionType):
+        inline_function(frame, deleter, None, [obj, const(name)], {})
+        return
+    if deleter is not object.__delattr__:
+        raise Unsupported(f"{cls.__name__}.__delattr__ is not supported")
+    found = class_attr(cls, name)
+    if found is not None and hasattr(type(found), "__delete__"):
+        # A data descriptor (property, slot) takes the delete.
+        raise Unsupported(f"deleting attribute {name!r} of a {cls.__name__} object through its {type(found).__name__}")
+    if name not in obj.box.attrs:
+        error = AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
+        raise Raised(f"AttributeError deleting .{name} of a {cls.__name__} object", error)
+    del obj.box.attrs[name]
+
+
+def _object_delattr(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # object.__delattr__, reached through super() past a class's own __delattr__.
+    if len(args) != 2 or kwargs or args[0].kind != "userobj":
+        raise Unsupported("object.__delattr__ on a value not made in the trace")
+    name = args[1].value if args[1].kind == "const" else None
+    if not isinstance(name, str):
+        raise Unsupported("object.__delattr__ with a non-constant name")
+    cls = args[0].value
+    if name not in args[0].box.attrs or hasattr(type(class_attr(cls, name)), "__delete__"):
+        raise Unsupported(f"object.__delattr__ of {name!r} on a {cls.__name__} object")
+    del args[0].box.attrs[name]
+    return const(None)
+
+
+def _delattr(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    if len(args) != 2 or kwargs:
+        raise Unsupported("delattr() takes exactly two positional arguments (TypeError in eager)")
+    name = args[1].value if args[1].kind == "const" else None
+    if not isinstance(name, str):
+        raise Unsupported("delattr() with a non-constant or non-string name")
+    delete_attribute(frame, args[0], name)
+    return const(None)
+
+
+BUILTINS[id(delattr)] = _delattr
+BUILTINS[id(object.__delattr__)] = _object_delattr

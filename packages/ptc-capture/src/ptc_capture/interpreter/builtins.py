@@ -560,13 +560,15 @@ def _object_getattribute(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> V
     # The generic attribute lookup that a custom __getattribute__ falls back to
     # (https://docs.python.org/3/reference/datamodel.html#object.__getattribute__): read it
     # natively on the real object, bypassing the override exactly as eager does.
-    from ptc_capture.interpreter.attrs import object_attr
+    from ptc_capture.interpreter.attrs import generic_userobj_attr, object_attr
 
-    if len(args) != 2 or kwargs or args[0].kind not in ("object", "module"):
+    if len(args) != 2 or kwargs or args[0].kind not in ("object", "module", "userobj"):
         raise Unsupported("object.__getattribute__ on a value without a real object")
     name = as_const(args[1], "an attribute name")
     if not isinstance(name, str):
         raise Unsupported("object.__getattribute__ with a non-string name (TypeError in eager)")
+    if args[0].kind == "userobj":
+        return generic_userobj_attr(frame, args[0], name)
     return object_attr(frame, args[0], name, object.__getattribute__)
 
 

@@ -376,6 +376,12 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
     if isinstance(value, torch.nn.Module):
         return call_module(frame, fn, args, kwargs)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        from ptc_capture.interpreter.autograd_function import apply_function, is_apply_of
+
+        owner = value.__self__
+        if is_apply_of(value.__func__, owner) and isinstance(owner, type):
+            class_var = frame.state.wrap(owner, fn.source.attr("__self__") if fn.source else None)
+            return apply_function(frame, class_var, owner, args, kwargs)
         self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__") if fn.source else None)
         func_source = fn.source.attr("__func__") if fn.source else None
         return inline_function(frame, value.__func__, func_source, [self_var, *args], kwargs)
@@ -585,6 +591,10 @@ def _call_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var])
         return builtin(frame, const(func), [self_var, *args], kwargs)
     if getattr(func, DISABLED_ATTR, False):
         raise Unsupported(f"{func.__qualname__} is marked ptc_capture.disable")
+    from ptc_capture.interpreter.autograd_function import apply_function, is_apply_of
+
+    if is_apply_of(func, self_var.value):
+        return apply_function(frame, self_var, self_var.value, args, kwargs)
     source = None
     if self_var.source is not None:
         source = self_var.source.attr(func.__name__).attr("__func__")
@@ -673,6 +683,10 @@ def call_module(frame: Frame, module_var: Var, args: list[Var], kwargs: dict[str
     )  # fmt: skip
     if any(unsupported):
         raise Unsupported(f"backward, keyword or global hooks on {type(module).__name__} are not supported yet")
+    if "forward" in vars(module):
+        # _call_impl calls ``self.forward``: a callable stored on the instance (timm's FasterNet
+        # binds ``self.forward = self.forward_split_cat`` in __init__) shadows the class's.
+        return _call_instance_forward(frame, module_var, args, kwargs)
     forward = type(module).forward
     if not isinstance(forward, types.FunctionType):
         raise Unsupported(f"{type(module).__name__}.forward is not a Python function")
@@ -691,6 +705,17 @@ def call_module(frame: Frame, module_var: Var, args: list[Var], kwargs: dict[str
         if not (replaced.kind == "const" and replaced.value is None):
             out = replaced
     return out
+
+
+def _call_instance_forward(frame: Frame, module_var: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Call the ``forward`` stored in a module's instance dict (guarded through its source)."""
+    module = module_var.value
+    if module._forward_pre_hooks or module._forward_hooks:
+        raise Unsupported(f"forward hooks on {type(module).__name__}, whose forward is an instance attribute")
+    if module_var.source is None:
+        raise Unsupported(f"{type(module).__name__}.forward is an instance attribute of a module made in the trace")
+    forward = frame.state.wrap(vars(module)["forward"], module_var.source.attr("forward"))
+    return call(frame, forward, args, kwargs)
 
 
 def _hooks(frame: Frame, module_var: Var, table: str) -> list[Var]:

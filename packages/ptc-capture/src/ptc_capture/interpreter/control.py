@@ -92,10 +92,10 @@ def _before_with(frame: Frame, inst: dis.Instruction) -> None:
     if manager.kind == "userobj":
         # A context manager made while tracing (contextlib.nullcontext(), a user class): its
         # __enter__ is inlined now and the bound __exit__ is what the block's end calls.
-        from ptc_capture.interpreter.attrs import userobj_attr
+        from ptc_capture.interpreter.attrs import generic_userobj_attr
         from ptc_capture.interpreter.objects import call_slot
 
-        exit_method = userobj_attr(frame, manager, "__exit__")
+        exit_method = generic_userobj_attr(frame, manager, "__exit__")  # special lookup: past __getattribute__
         entered = call_slot(frame, manager, "__enter__", [])
         frame.push(exit_method)
         frame.push(entered)

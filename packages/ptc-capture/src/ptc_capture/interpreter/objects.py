@@ -66,8 +66,11 @@ def constructible(cls: type) -> bool:
     if not (isinstance(init, types.FunctionType) or (init is object.__init__ and new is object.__new__)):
         return False
     setter = getattr(cls, "__setattr__", None)
-    # dict's own __getattribute__ slot is the generic lookup too.
-    return getattr(cls, "__getattribute__", None) in (object.__getattribute__, dict.__getattribute__) and (
+    getter = getattr(cls, "__getattribute__", None)
+    # dict's own __getattribute__ slot is the generic lookup too; a Python one is traced on every
+    # read (attrs.userobj_attr).
+    generic = getter in (object.__getattribute__, dict.__getattribute__)
+    return (generic or isinstance(getter, types.FunctionType)) and (
         setter is object.__setattr__ or isinstance(setter, types.FunctionType)
     )
 

@@ -17,7 +17,7 @@ from ptc_capture.symbolic_sizes import SYM_TYPES, concrete
 from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
 
 __all__ = [
-    "as_const", "from_python", "get_iter", "graph_call", "has_tensor", "is_plain_tuple", "iter_next", "key_var", "module_child_source",
+    "as_const", "defer_call", "from_python", "get_iter", "graph_call", "has_tensor", "is_plain_tuple", "iter_next", "key_var", "module_child_source",
     "sequence_items", "truth", "unpack_deferred",
 ]  # fmt: skip
 
@@ -295,6 +295,11 @@ def unpack_deferred(frame: Frame, value: Var, count: int) -> list[Var]:
     why = f"it unpacks the result of {value.value.label}"
     whole = _defer(frame.state, "call_function", unpacked, (value, const(count)), {}, why)
     return [_defer(frame.state, "call_function", operator.getitem, (whole, const(i)), {}, why) for i in range(count)]
+
+
+def defer_call(frame: Frame, target: Any, args: tuple[Any, ...], why: str) -> Var:
+    """Record ``target(*args)`` to run eagerly after the graph (see ptc_capture.deferred)."""
+    return _defer(frame.state, "call_function", target, args, {}, why)
 
 
 def _defer(state: CaptureState, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], why: str) -> Var:
