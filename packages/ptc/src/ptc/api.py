@@ -6,6 +6,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
+from . import distributed
 from .backends import BACKENDS, Backend, make_backend
 from .config import MODES, make_options
 from .errors import MissingComponentError, UnknownOptionError
@@ -20,6 +21,9 @@ def _capture() -> Any:
     import ptc_capture
 
     return ptc_capture
+
+
+distributed.register_wrappers(_capture().register_module_wrapper)
 
 
 def list_backends() -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch.fx
 
-from . import progress
+from . import distributed, progress
 from .config import CompileOptions, make_options
 from .pipeline import STATS, Compiled, aot_compile, compile_core, handoff, run_as_is
 
@@ -53,6 +53,10 @@ def make_backend(name: str, options: CompileOptions) -> Backend:
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Compiled:
         graphs, kernels = STATS.graphs, STATS.kernels
         with progress.compiling(f"a graph of {len(gm.graph.nodes)} nodes", lambda: (STATS.graphs - graphs, STATS.kernels - kernels)):
+            if options.ddp_split and name != "eager":
+                split = distributed.compile_for_ddp(gm, example_inputs, lambda piece, examples: stage(piece, examples, options))
+                if split is not None:
+                    return split
             return stage(gm, example_inputs, options)
 
     backend.__name__ = name

@@ -12,7 +12,7 @@ from .errors import UnknownOptionError
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """Valid values of ``mode`` (None means "default")."""
 
-OPTIONS = ("check_boundaries", "debug_dir", "partition")
+OPTIONS = ("check_boundaries", "ddp_split", "debug_dir", "partition")
 """Valid keys of ``options``."""
 
 
@@ -23,13 +23,16 @@ class CompileOptions:
     mode: one of MODES. check_boundaries: round-trip every graph handed between stages through
     ptc-spec serialization (``PTC_CHECK_BOUNDARIES=1``). debug_dir: where ptc-aot and
     ptc-inductor write graphs and generated code. partition: ptc-aot's partitioner
-    (``min_cut`` or ``save_all``).
+    (``min_cut`` or ``save_all``). ddp_split: under DistributedDataParallel, compile each
+    bucket of parameters as its own graph so gradient all-reduces overlap the backward
+    (``PTC_DDP_SPLIT=0`` turns it off; see ptc.distributed).
     """
 
     mode: str = "default"
     check_boundaries: bool = False
     debug_dir: str | None = None
     partition: str = "min_cut"
+    ddp_split: bool = True
 
     @property
     def cudagraphs(self) -> bool:
@@ -61,4 +64,5 @@ def make_options(mode: str | None, options: Mapping[str, Any] | None, environ: M
         check_boundaries=bool(given.get("check_boundaries", env_check)),
         debug_dir=given.get("debug_dir"),
         partition=partition,
+        ddp_split=bool(given.get("ddp_split", env.get("PTC_DDP_SPLIT", "1").strip().lower() not in ("0", "false", "no", "off"))),
     )

@@ -38,10 +38,12 @@ class CompileStats:
     seconds: float = 0.0
     fallbacks: Counter[str] = field(default_factory=Counter)
     """Per aten overload, how many compiled graphs run it unfused as a fallback."""
+    ddp_pieces: int = 0
+    """Graphs compiled as a piece of a captured graph split at DDP bucket boundaries (ptc.distributed)."""
 
     def reset(self) -> None:
         """Start counting from zero."""
-        self.graphs, self.kernels, self.seconds = 0, 0, 0.0
+        self.graphs, self.kernels, self.seconds, self.ddp_pieces = 0, 0, 0.0, 0
         self.fallbacks.clear()
 
 
@@ -98,7 +100,9 @@ def _compile_core(gm: torch.fx.GraphModule, options: CompileOptions, config: Any
     core = handoff(ptc_decomp.decompose(handoff(gm, options), target=ptc_spec.LATEST_CORE), options)
     if RECORDER.active:
         RECORDER.span("decomp", "decompose", start, RECORDER.current)
-    compiled = ptc_inductor.compile(core, config=config)
+    from .distributed import sink_waits
+
+    compiled = ptc_inductor.compile(sink_waits(core), config=config)
     log.info("decomposed and compiled a graph of %d nodes in %.1f ms", len(core.graph.nodes), (time.perf_counter() - start) * 1e3)
     # A compile that decided on sizes carries guards the entry could not give back: not cached.
     if key is not None and _with_decisions(compiled, gm, core) is compiled:

@@ -158,10 +158,19 @@ def computes_on_complex(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
     return any(_is_complex(x) for x in leaves)
 
 
+# Ops whose schema returns a new tensor while the kernel returns its input itself: c10d's
+# wait_tensor hands back the tensor its collective writes. Planned as a view of that input, so
+# the collective's buffer is neither freed nor reused while the waited result lives.
+_RETURNS_ITS_INPUT = frozenset({"_c10d_functional.wait_tensor.default"})
+
+
 def lower_fallback(ctx: LoweringContext, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], meta: Any) -> Any:
     """Lower a fallback node: one extern call of ``op``'s eager kernel; returns its results per ``meta``."""
     count = len(meta) if isinstance(meta, (tuple, list)) else 1
     cargs, ckwargs = _realize_all(ctx, args, kwargs, contiguous=False)
+    first = cargs[0] if cargs else None
+    if op_name(op) in _RETURNS_ITS_INPUT and isinstance(first, BufferArg):
+        return ctx.add_extern(op, cargs, ckwargs, meta, fallback=True, alias_strides={0: (first.stride, (first.buffer,))})
     strides = _alias_strides(ctx, op, cargs, ckwargs, count)
     if strides is None:
         # A view op that refuses our layout of its input (view_as_real wants a unit last

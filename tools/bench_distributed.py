@@ -1,0 +1,194 @@
+"""Distributed training benchmark: a GPT-2 (124M) under DDP and FSDP2, eager vs torch.compile vs ptc.
+
+Each implementation runs in its own pair of processes (2 ranks, spawned here, torchrun-like:
+a file store, ranks 0 and 1), trains the same model on the same batches, and reports training
+steps per second (median over timed steps), the first step's time (compile included), peak
+memory per rank and the largest difference of its losses from eager's. One Markdown table.
+
+    python tools/bench_distributed.py --device cuda                  # 2 GPUs, NCCL, GPT-2 124M
+    python tools/bench_distributed.py --device cpu --small           # gloo, a small GPT
+    python tools/bench_distributed.py --impls eager-ddp,ptc-ddp --steps 20 --json out.json
+
+Implementations: eager-ddp, torch.compile-ddp, ptc-ddp (the model compiled inside DDP:
+``ptc.compile(DDP(model))``), and eager-fsdp2, torch.compile-fsdp2, ptc-fsdp2 (each block
+compiled, then ``fully_shard`` on every block and on the root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# The packages from this checkout (ptc.demo's GPT, ptc itself), as tools/bench.py finds them.
+sys.path[:0] = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+IMPLS = ("eager-ddp", "torch.compile-ddp", "ptc-ddp", "eager-fsdp2", "torch.compile-fsdp2", "ptc-fsdp2")
+WORLD = 2
+
+
+def _config(small: bool) -> dict[str, int]:
+    if small:
+        return {"vocab": 512, "dim": 64, "layers": 2, "heads": 4, "seq": 64, "batch": 4}
+    return {"vocab": 50304, "dim": 768, "layers": 12, "heads": 12, "seq": 1024, "batch": 8}
+
+
+def _build_gpt(cfg: dict[str, int]) -> Any:
+    """ptc.demo's GPT (GPT-2's shape at the full config) with a cross-entropy loss."""
+    import torch
+
+    from ptc.demo import GPT
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gpt = GPT(vocab=cfg["vocab"], dim=cfg["dim"], layers=cfg["layers"], heads=cfg["heads"], seq=cfg["seq"])
+
+        def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            logits = self.gpt(idx)
+            loss: torch.Tensor = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            return loss
+
+    return WithLoss()
+
+
+def _wrap(impl: str, model: Any, device: Any) -> Any:
+    """``model`` wrapped and compiled the way ``impl`` says."""
+    import torch
+
+    kind, parallel = impl.rsplit("-", 1)
+    compiler: Any = None
+    if kind == "torch.compile":
+        compiler = torch.compile
+    elif kind == "ptc":
+        import ptc
+
+        compiler = ptc.compile
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return compiler(ddp) if compiler else ddp
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = model.gpt.blocks
+    for i, block in enumerate(blocks):
+        if compiler is not None:
+            # The common recipe: each transformer block compiled, then sharded.
+            block = compiler(block)
+            blocks[i] = block
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    else:
+        # Two ranks share the machine's cores: each takes its half, as torchrun's OMP_NUM_THREADS does.
+        torch.set_num_threads(max(1, (os.cpu_count() or WORLD) // WORLD))
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        cfg = _config(args.small)
+        torch.manual_seed(0)
+        model = _build_gpt(cfg).to(device)
+        if args.dtype == "bfloat16":
+            model = model.to(torch.bfloat16)
+        wrapped = _wrap(impl, model, device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        gen = torch.Generator().manual_seed(1000 + rank)
+        shape = (cfg["batch"], cfg["seq"])
+        batches = [(torch.randint(cfg["vocab"], shape, generator=gen).to(device), torch.randint(cfg["vocab"], shape, generator=gen).to(device))
+                   for _ in range(4)]  # fmt: skip
+        losses, times = [], []
+        for step in range(args.warmup + args.steps):
+            idx, targets = batches[step % len(batches)]
+            if cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            loss = wrapped(idx, targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())  # .item() waits for the step on the GPU
+            times.append(time.perf_counter() - start)
+        timed = times[args.warmup :]
+        peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        if rank == 0:
+            result = {"impl": impl, "steps_per_s": 1.0 / statistics.median(timed), "first_step_s": times[0], "peak_bytes": peak, "losses": losses}
+            Path(out).write_text(json.dumps(result))
+        dist.barrier()  # no rank tears its connections down while the other still uses them
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(impl: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from torch.multiprocessing.spawn import spawn
+
+    store, out = workdir / f"{impl}.store", workdir / f"{impl}.json"
+    try:
+        spawn(_worker, args=(impl, str(store), args, str(out)), nprocs=WORLD, join=True)
+    except Exception as exc:  # one implementation failing is a row of the table, not the end of the run
+        return {"impl": impl, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}"}
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    eager = {r["impl"].rsplit("-", 1)[1]: r for r in results if r["impl"].startswith("eager-") and "error" not in r}
+    lines = ["| impl | steps/s | vs eager | first step (s) | peak MiB/rank | max loss diff vs eager |", "|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['impl']} | failed: {r['error']} | | | | |")
+            continue
+        base = eager.get(r["impl"].rsplit("-", 1)[1])
+        ratio = f"{r['steps_per_s'] / base['steps_per_s']:.2f}x" if base else "-"
+        diff = f"{max(abs(a - b) for a, b in zip(r['losses'], base['losses'])):.2e}" if base else "-"
+        lines.append(f"| {r['impl']} | {r['steps_per_s']:.2f} | {ratio} | {r['first_step_s']:.1f} | {r['peak_bytes'] / 2**20:.0f} | {diff} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--small", action="store_true", help="a small GPT (the default on the CPU is GPT-2 124M too: slow)")
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    impls = [i for i in args.impls.split(",") if i]
+    unknown = sorted(set(impls) - set(IMPLS))
+    if unknown:
+        parser.error(f"unknown implementation(s) {', '.join(unknown)}: valid ones are {', '.join(IMPLS)}")
+    import torch
+
+    if args.device == "cuda" and torch.cuda.device_count() < WORLD:
+        parser.error(f"--device cuda needs {WORLD} GPUs, this machine has {torch.cuda.device_count()}")
+    os.environ.setdefault("PYTHONPATH", os.pathsep.join(str(p) for p in sorted((ROOT / "packages").glob("*/src"))))
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [_run(impl, args, Path(tmp)) for impl in impls]
+    table = _table(results)
+    sys.stdout.write(f"{'small GPT' if args.small else 'GPT-2 124M'}, {args.device}, {args.dtype}, {WORLD} ranks\n{table}\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
