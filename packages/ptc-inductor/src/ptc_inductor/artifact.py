@@ -19,7 +19,7 @@ import ctypes
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Container
 from typing import Any
 
 import safetensors.torch
@@ -28,29 +28,22 @@ import torch
 
 from .codegen.backend import KernelCall
 from .codegen.triton import TritonKernel
-from .codegen.wrapper import _restride
 from .compiler import CompiledGraph, compile_source
 from .config import Config
-from .errors import PtcInductorError
-from .recycle import OutputRecycler
+from .runtime.errors import ArtifactError
+from .runtime.namespace import DTYPES as _DTYPES
+from .runtime.namespace import FUNCTIONS as _FUNCTIONS
+from .runtime.namespace import build_namespace
+from .runtime.recycle import OutputRecycler
 from .size_sources import SymbolSource
 
 FORMAT = "ptc-inductor-artifact/1"
 MANIFEST = "manifest.json"
 TENSORS = "tensors.safetensors"
 
-# Plain functions a wrapper's namespace may hold, by the name the manifest gives them.
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "torch.empty_strided": torch.empty_strided,
-    "torch.as_strided": torch.as_strided,
-    "ptc_inductor.restride": _restride,
-}
 _FUNCTION_NAMES = {id(fn): name for name, fn in _FUNCTIONS.items()}
-_DTYPES = {str(dt): dt for dt in vars(torch).values() if isinstance(dt, torch.dtype)}
 
-
-class ArtifactError(PtcInductorError):
-    """A compiled graph cannot be written as an artifact, or an artifact cannot be read."""
+__all__ = ["ArtifactError", "load_artifact", "save_artifact"]
 
 
 def save_artifact(compiled: CompiledGraph, path: str) -> None:
@@ -58,24 +51,8 @@ def save_artifact(compiled: CompiledGraph, path: str) -> None:
     if compiled.namespace is None:
         raise ArtifactError("this compiled graph keeps no namespace (it was not compiled by ptc_inductor.compile)")
     os.makedirs(path, exist_ok=True)
-    tensors: dict[str, torch.Tensor] = {}
-    recipes: dict[str, Any] = {}
-    kernels: dict[str, Any] = {}
-    calls = compiled.kernel_calls
-    for name, value in compiled.namespace.items():
-        if name == "__builtins__":
-            continue
-        if name in calls:
-            kernels[name] = _encode_kernel(calls[name], path)
-            continue
-        if name.endswith("_ptr") and isinstance(compiled.namespace.get(name[:-4]), torch.Tensor):
-            recipes[name] = {"kind": "data_ptr", "of": name[:-4]}
-            continue
-        if isinstance(value, torch.Tensor):
-            tensors[name] = value.detach().contiguous().cpu()
-            recipes[name] = {"kind": "tensor", "device": str(value.device), "size": list(value.shape), "stride": list(value.stride())}
-            continue
-        recipes[name] = _encode(value, name)
+    recipes, tensors = encode_namespace(compiled.namespace, compiled.kernel_calls)
+    kernels = {name: _encode_kernel(call, path) for name, call in compiled.kernel_calls.items() if name in compiled.namespace}
     manifest = {
         "format": FORMAT,
         "wrapper": compiled.wrapper_source,
@@ -101,16 +78,7 @@ def load_artifact(path: str, config: Config) -> CompiledGraph:
     if manifest.get("format") != FORMAT:
         raise ArtifactError(f"{path} holds format {manifest.get('format')!r}; this ptc-inductor reads {FORMAT}")
     tensors = safetensors.torch.load_file(os.path.join(path, TENSORS))
-    namespace: dict[str, Any] = {"torch": torch}
-    for name, recipe in manifest["namespace"].items():
-        if recipe["kind"] == "tensor":
-            raw = tensors[name]
-            namespace[name] = torch.as_strided(raw.to(recipe["device"]), recipe["size"], recipe["stride"]) if raw.numel() else raw.to(recipe["device"])
-        elif recipe["kind"] != "data_ptr":
-            namespace[name] = _decode(recipe)
-    for name, recipe in manifest["namespace"].items():
-        if recipe["kind"] == "data_ptr":
-            namespace[name] = namespace[recipe["of"]].data_ptr()
+    namespace = build_namespace(manifest["namespace"], tensors)
     calls = _load_kernels(manifest, path, config)
     namespace.update({name: call.fn for name, call in calls.items()})
     exec(compile_source(manifest["wrapper"]), namespace)
@@ -122,6 +90,24 @@ def load_artifact(path: str, config: Config) -> CompiledGraph:
 
 
 # -- namespace objects ---------------------------------------------------------------------------
+def encode_namespace(namespace: dict[str, Any], kernels: Container[str]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A recipe per object of a wrapper's namespace (kernels left out: each format writes its own)
+    and the constant tensors, as CPU copies by name."""
+    tensors: dict[str, torch.Tensor] = {}
+    recipes: dict[str, Any] = {}
+    for name, value in namespace.items():
+        if name == "__builtins__" or name in kernels:
+            continue
+        if name.endswith("_ptr") and isinstance(namespace.get(name[:-4]), torch.Tensor):
+            recipes[name] = {"kind": "data_ptr", "of": name[:-4]}
+        elif isinstance(value, torch.Tensor):
+            tensors[name] = value.detach().contiguous().cpu()
+            recipes[name] = {"kind": "tensor", "device": str(value.device), "size": list(value.shape), "stride": list(value.stride())}
+        else:
+            recipes[name] = _encode(value, name)
+    return recipes, tensors
+
+
 def _encode(value: Any, name: str) -> dict[str, Any]:
     if value is torch:
         return {"kind": "module"}
@@ -145,28 +131,6 @@ def _encode(value: Any, name: str) -> dict[str, Any]:
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"kind": "value", "value": value}
     raise ArtifactError(f"the wrapper's {name} is a {type(value).__name__}, which an artifact cannot hold")
-
-
-def _decode(recipe: dict[str, Any]) -> Any:
-    kind = recipe["kind"]
-    if kind == "module":
-        return torch
-    if kind == "dtype":
-        return _DTYPES[recipe["name"]]
-    if kind == "device":
-        return torch.device(recipe["name"])
-    if kind == "op":
-        packet = getattr(getattr(torch.ops, recipe["namespace"]), recipe["name"])
-        return getattr(packet, recipe["overload"])
-    if kind == "float":
-        return float(recipe["repr"])
-    if kind == "recycler":
-        return OutputRecycler(recipe["size"] or (), recipe["stride"] or (), _DTYPES[recipe["dtype"]], recipe["nbytes"])
-    if kind == "function":
-        return _FUNCTIONS[recipe["name"]]
-    if kind == "value":
-        return recipe["value"]
-    raise ArtifactError(f"unknown namespace entry kind {kind!r}")
 
 
 # -- kernels -------------------------------------------------------------------------------------
@@ -232,7 +196,8 @@ def _load_kernels(manifest: dict[str, Any], path: str, config: Config) -> dict[s
             calls[name] = KernelCall(name, fn, tuple(k["params"]), True, tuple(k["sizes"]))
     triton = {name: k for name, k in manifest["kernels"].items() if k["backend"] == "triton"}
     if triton:
-        from .triton_runtime import KernelBinary, TritonLauncher, triton_options, write_module
+        from .runtime.cuda import KernelBinary
+        from .triton_runtime import TritonLauncher, triton_options, write_module
 
         options = triton_options(config)
         launch = _cuda_launch(config)

@@ -9,10 +9,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import importlib.util
 import logging
 import os
-import platform
 import subprocess
 import sysconfig
 import tempfile
@@ -28,6 +26,8 @@ from ptc_spec import TimedStep
 from . import events
 from .config import Config
 from .errors import BuildError
+from .runtime.cuda import import_extension
+from .runtime.machine import cpu_id
 
 log = logging.getLogger("ptc.inductor.cache")
 T = TypeVar("T")
@@ -57,25 +57,11 @@ def _compiler_id(cxx: str) -> str:
     return out.splitlines()[0] if out else cxx
 
 
-@functools.cache
-def _machine_id() -> str:
-    # -march=native code is only valid on the CPU it was built for.
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("model name", "flags")):
-                    model += line
-    except OSError:
-        model = platform.processor()
-    return hashlib.sha256((platform.machine() + model).encode()).hexdigest()[:16]
-
-
 def cache_key(source: str, config: Config, flags: Sequence[str] | None = None) -> str:
     """The cache key of ``source`` built with ``config``'s compiler and ``flags`` (default: config's)."""
     h = hashlib.sha256()
     used = config.cxx_flags if flags is None else flags
-    for part in (source, config.cxx, " ".join(used), _compiler_id(config.cxx), _machine_id()):
+    for part in (source, config.cxx, " ".join(used), _compiler_id(config.cxx), cpu_id()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -177,12 +163,7 @@ def load_extension(source: str, name: str, config: Config) -> ModuleType:
     flags = ("-O2", "-fPIC", "-shared", f"-I{sysconfig.get_paths()['include']}", "-ldl")
 
     def load(path: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return import_extension(path, name)
 
     with _LOCK:
         module = _load_cached(_entry_path(source, config, flags), source, config, flags, load, (ImportError, OSError))

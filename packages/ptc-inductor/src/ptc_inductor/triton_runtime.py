@@ -35,8 +35,8 @@ import torch
 from .codegen.triton import TritonKernel
 from .codegen.triton_heuristics import LaunchConfig, candidate_configs, default_config, next_pow2
 from .config import Config
-from .cuda_launch import MAX_POINTERS
 from .errors import CodegenError
+from .runtime.cuda import MAX_POINTERS, KernelBinary, LoadedKernel, load_binary, raw_stream
 from .triton_interpret import INTERPRETER_GLOBALS, interpreting
 
 log = logging.getLogger("ptc.inductor.triton")
@@ -168,20 +168,6 @@ def _compile(path: str, name: str, signature: dict[str, str], constexprs: dict[s
     attrs = {(i,): backend.parse_attr("D") for i, ok in enumerate(aligned) if ok}
     src = ASTSource(fn, signature, constexprs, attrs)
     return triton.compile(src, target=gpu, options={"num_warps": num_warps, "num_stages": num_stages})
-
-
-@dataclass(frozen=True, slots=True)
-class KernelBinary:
-    """One compiled (kernel, config) as a worker hands it back: the cubin and its launch facts."""
-
-    name: str
-    cubin: bytes
-    shared: int
-    num_warps: int
-    # No scratch memory to allocate per launch: ptc's own launcher can run it.
-    plain: bool
-    seconds: float = 0.0
-    """How long the compile took (in its worker); 0 for a binary read from an artifact."""
 
 
 def _binary_of(compiled: Any) -> KernelBinary | None:
@@ -317,8 +303,7 @@ class TritonLauncher:
         variant = self._variants.get(aligned)
         if variant is None:
             variant = self._load_variant(tensors, aligned)
-        # The raw handle, without building a torch.cuda.Stream object on every launch (~3 us).
-        stream = torch._C._cuda_getCurrentRawStream(tensors[0].get_device())
+        stream = raw_stream(tensors[0].get_device())
         # Size arguments follow the pointers: 64-bit values, passed as the pointers are.
         values = (*ptrs, *args[self._tensors :])
         if type(variant) is LoadedKernel:
@@ -355,7 +340,7 @@ class TritonLauncher:
             binary = _binary_of(compiled)
         variant: Any
         if self._launch is not None and binary is not None and binary.plain and len(args) + len(self.kernel.sizes) <= MAX_POINTERS:
-            variant = _load_binary(binary, args[0].device)
+            variant = load_binary(binary, args[0].device)
         else:
             variant = compiled if compiled is not None else self._compile_variant(args, aligned)
         self._variants[aligned] = variant
@@ -500,40 +485,6 @@ def precompile(launchers: Sequence[TritonLauncher], device: torch.device, option
     elapsed = time.perf_counter() - start
     log.debug("compiled %d Triton kernel variants (%d distinct) in %.2fs", sum(map(len, users.values())), len(jobs), elapsed)
     return elapsed
-
-
-class LoadedKernel(NamedTuple):
-    """A kernel binary loaded on the device, launched by ptc's launcher."""
-
-    function: int
-    threads: int
-    shared: int
-
-
-_LOADED: dict[tuple[int, int], tuple[KernelBinary, LoadedKernel]] = {}
-"""Binaries loaded on a device, by (id of the binary, device index); the binary is kept with its
-loaded form, so the id stays its own. Launchers of one repeated kernel share one binary object."""
-
-
-def _load_binary(binary: KernelBinary, device: torch.device) -> LoadedKernel:
-    """Load ``binary`` into the device's context once (Triton's driver utilities do the loading)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    known = _LOADED.get((id(binary), index))
-    if known is not None:
-        return known[1]
-    loaded = _load_binary_now(binary, index)
-    _LOADED[(id(binary), index)] = (binary, loaded)
-    return loaded
-
-
-def _load_binary_now(binary: KernelBinary, index: int) -> LoadedKernel:
-    from triton.runtime.driver import driver
-
-    _, function, _, _, max_threads = driver.active.utils.load_binary(binary.name, binary.cubin, binary.shared, index)
-    threads = 32 * binary.num_warps
-    if threads > max_threads:
-        raise CodegenError(f"Triton kernel {binary.name} needs {threads} threads per block; the device allows {max_threads}")
-    return LoadedKernel(function, threads, binary.shared)
 
 
 def default_launch_config(kernel: TritonKernel) -> LaunchConfig:

@@ -14,6 +14,7 @@ from .api import (
     set_stance,
 )
 from .errors import MissingComponentError, PtcError, UnknownOptionError
+from .export import ExportedProgram, ExportError, aot_compile, export, load_exported
 from .logs import CHANNELS
 from .logs import enable as enable_logs
 
@@ -21,17 +22,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CHANNELS",
+    "ExportError",
+    "ExportedProgram",
     "MODES",
     "MissingComponentError",
     "PtcError",
     "UnknownOptionError",
+    "aot_compile",
     "cache",
     "compile",
     "disable",
     "enable_logs",
     "explain",
+    "export",
     "is_compiling",
     "list_backends",
+    "load_exported",
     "mark_dynamic",
     "mark_static",
     "report",

@@ -15,7 +15,8 @@ from ..ir import BufferArg, ExternNode, FloatSize, Layout
 from ..lowering.fallback import op_name
 from ..lowering.graph import LoweredGraph
 from ..memory import MemoryPlan
-from ..recycle import RECYCLE_MIN_BYTES, OutputRecycler
+from ..runtime.namespace import restride as _restride
+from ..runtime.recycle import RECYCLE_MIN_BYTES, OutputRecycler
 from ..scheduler import Kernel, Schedule
 from ..size_sources import SymbolSource, find_sources
 from ..sizes import hint, static_value
@@ -76,12 +77,6 @@ def _may_have_elements(lay: Layout) -> bool:
     """False when the layout statically holds at most one element (its strides do not matter)."""
     n = static_value(lay.numel)
     return n is None or n > 1
-
-
-def _restride(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
-    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
-    out.copy_(t)
-    return out
 
 
 def generate_wrapper(

@@ -1,0 +1,71 @@
+"""The objects a generated wrapper's namespace may hold, and how a manifest names them.
+
+The compiler half writes a recipe per namespace entry (``encode`` lives with it, in
+``ptc_inductor.artifact``); this module turns recipes back into objects with nothing but torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .errors import ArtifactError
+from .recycle import OutputRecycler
+
+
+def restride(t: torch.Tensor, size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    """A copy of ``t`` with the strides the kernels were compiled for (what a wrapper calls on other layouts)."""
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "torch.empty_strided": torch.empty_strided,
+    "torch.as_strided": torch.as_strided,
+    "ptc_inductor.restride": restride,
+}
+"""Plain functions a wrapper's namespace may hold, by the name the manifest gives them."""
+
+DTYPES: dict[str, torch.dtype] = {str(dt): dt for dt in vars(torch).values() if isinstance(dt, torch.dtype)}
+
+
+def decode(recipe: Mapping[str, Any]) -> Any:
+    """The object a namespace recipe describes (tensors and kernels are rebuilt by the loader)."""
+    kind = recipe["kind"]
+    if kind == "module":
+        return torch
+    if kind == "dtype":
+        return DTYPES[recipe["name"]]
+    if kind == "device":
+        return torch.device(recipe["name"])
+    if kind == "op":
+        packet = getattr(getattr(torch.ops, recipe["namespace"]), recipe["name"])
+        return getattr(packet, recipe["overload"])
+    if kind == "float":
+        return float(recipe["repr"])
+    if kind == "recycler":
+        return OutputRecycler(recipe["size"] or (), recipe["stride"] or (), DTYPES[recipe["dtype"]], recipe["nbytes"])
+    if kind == "function":
+        return FUNCTIONS[recipe["name"]]
+    if kind == "value":
+        return recipe["value"]
+    raise ArtifactError(f"unknown namespace entry kind {kind!r}")
+
+
+def build_namespace(recipes: Mapping[str, Mapping[str, Any]], tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The wrapper's namespace from its recipes and its constant tensors (CPU copies, by name)."""
+    namespace: dict[str, Any] = {"torch": torch}
+    for name, recipe in recipes.items():
+        if recipe["kind"] == "tensor":
+            raw = tensors[name].to(recipe["device"])
+            namespace[name] = torch.as_strided(raw, recipe["size"], recipe["stride"]) if raw.numel() else raw
+        elif recipe["kind"] != "data_ptr":
+            namespace[name] = decode(recipe)
+    # Pointers last: they are read from the tensors placed on their devices above.
+    for name, recipe in recipes.items():
+        if recipe["kind"] == "data_ptr":
+            namespace[name] = namespace[recipe["of"]].data_ptr()
+    return namespace
