@@ -4,6 +4,7 @@ packages and the C++ compiler out of reach), and refused in one sentence when da
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -32,6 +33,27 @@ FORWARD_FIXTURES = ("attention_block", "conv_bn_relu", "layer_norm", "layer_norm
 def _inputs(gm: torch.fx.GraphModule) -> list[torch.Tensor]:
     metas = [n.meta[ptc_spec.META_KEY] for n in gm.graph.nodes if n.op == "placeholder"]
     return [m.example(seed=i) for i, m in enumerate(metas)]
+
+
+def _on_cuda(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The fixture graph (traced on the CPU) retargeted to CUDA: its metas and the device its
+    factory calls name, not only its constants (which ``map_location`` moves)."""
+    cuda = torch.device("cuda")
+
+    def move(meta: Any) -> Any:
+        if isinstance(meta, ptc_spec.TensorMeta):
+            return dataclasses.replace(meta, device=cuda)
+        if isinstance(meta, (tuple, list)):
+            return type(meta)(move(m) for m in meta)
+        return meta
+
+    for node in gm.graph.nodes:
+        if ptc_spec.META_KEY in node.meta:
+            node.meta[ptc_spec.META_KEY] = move(node.meta[ptc_spec.META_KEY])
+        if "device" in node.kwargs:
+            node.kwargs = {**node.kwargs, "device": cuda}
+    gm.recompile()
+    return gm
 
 
 def _program(inputs: list[torch.Tensor], outputs: Any) -> dict[str, Any]:
@@ -255,9 +277,8 @@ def test_triton_kernels_run_by_the_interpreter_cannot_become_an_artifact(tmp_pat
 
 @pytest.mark.gpu
 def test_triton_artifact_runs_from_cubins_on_the_gpu(tmp_path: Path) -> None:
-    gm = ptc_spec.load(FIXTURES / "attention_block.ptcg", map_location="cuda")
-    inputs = [t.cuda() for t in _inputs(gm)]
-    gm = gm.cuda()
+    gm = _on_cuda(ptc_spec.load(FIXTURES / "attention_block.ptcg", map_location="cuda"))
+    inputs = _inputs(gm)
     compiled = ptc_inductor.compile(gm, config=ptc_inductor.config_from_env().replace(backend="triton"))
     outputs = compiled(*inputs)
     program = _program(inputs, outputs)
