@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--dtype", default="default", help="as tools/bench.py --dtype")
+    parser.add_argument("--mode", default=None, help="compile mode (default: the workload's own, e.g. reduce-overhead for gpt-decode)")
     parser.add_argument("--cprofile", action="store_true", help="also print the Python functions the ptc steps spend CPU time in")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -40,9 +41,9 @@ def main() -> None:
         if impl == "ptc":
             import ptc
 
-            model = ptc.compile(model)
+            model = ptc.compile(model, mode=args.mode or spec.mode)
         elif impl == "torch.compile":
-            model = torch.compile(model)
+            model = torch.compile(model, mode=args.mode or spec.mode)
         for _ in range(3):
             _step(model, inputs, spec.train)
         _sync()
