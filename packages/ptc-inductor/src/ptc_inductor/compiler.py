@@ -25,6 +25,7 @@ from .lowering.graph import LoweredGraph
 from .memory import MemoryPlan, plan_memory
 from .scheduler import Kernel, Schedule, schedule
 from .size_sources import SymbolSource
+from .unfused_bias import unfuse_bias_adds
 
 log = logging.getLogger("ptc.inductor.compile")
 
@@ -82,7 +83,7 @@ def compile(gm: torch.fx.GraphModule, *, config: Config | None = None, debug_dir
         cfg = cfg.replace(debug_dir=debug_dir)
     _check_dialect(gm)
     start = time.perf_counter()
-    lowered = lower_graph(gm, cfg)  # 1. lower: graph nodes -> loop IR and extern calls
+    lowered = lower_graph(unfuse_bias_adds(gm, cfg), cfg)  # 1. lower: graph nodes -> loop IR and extern calls
     _stage("lower", start)
     return compile_lowered(lowered, cfg)
 
