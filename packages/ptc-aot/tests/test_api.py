@@ -181,3 +181,29 @@ def test_equal_python_values_of_different_types_get_their_own_programs() -> None
     for k in (2, 2.0, 2):
         assert_same(compiled(x, k), scale(x, k))
     assert len(compiled.programs) == 2
+
+
+def test_guarded_calls_pick_programs_by_grad_mode_and_storage_offset_without_the_layout_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ptc_aot.api
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x * w).sin()
+
+    base, w = torch.randn(10), torch.randn(4, requires_grad=True)
+    compiled = aot(fn, [base[:4], w], guarded=True)
+    layouts = []
+    real = ptc_aot.api._layout_of
+    monkeypatch.setattr(ptc_aot.api, "_layout_of", lambda v: layouts.append(v) or real(v))
+    for _ in range(3):
+        assert_same(compiled(base[:4], w), fn(base[:4], w))
+    assert len(layouts) == 2, "one full layout key for the first call of this grad mode and offset, none after"
+    # Another storage offset and no grad: each a new dispatch through the full key, right results.
+    assert_same(compiled(base[3:7], w), fn(base[3:7], w))
+    with torch.no_grad():
+        out = compiled(base[:4], w)
+        assert not out.requires_grad
+        assert_same(out, fn(base[:4], w))
+    assert len(layouts) == 6
+    out = compiled(base[:4], w)
+    out.sum().backward()
+    assert_same(w.grad, torch.autograd.grad(fn(base[:4], w).sum(), w)[0])

@@ -185,6 +185,7 @@ class AotFunction:
         config: Config,
         shape_env: SymbolEnv | None = None,
         cache: ProgramCache | None = None,
+        guarded: bool = False,
     ) -> None:
         self._fn = fn
         self._cache = cache
@@ -205,6 +206,12 @@ class AotFunction:
             )
         training = torch.is_grad_enabled() and any(isinstance(m, TensorMeta) and m.requires_grad for m in inputs)
         self._program(training, inputs, shape_env)
+        # Under the caller's guards (see aot()), a static program's calls differ only in grad mode
+        # and storage offsets: those pick the program, found once through the full layout key.
+        self._guarded = guarded and not self._dynamic
+        self._tensor_positions = tuple(i for i, m in enumerate(inputs) if isinstance(m, TensorMeta))
+        self._all_tensors = len(self._tensor_positions) == len(inputs)
+        self._by_offsets: dict[tuple[Any, ...], CompiledProgram] = {}
 
     def _program(self, training: bool, inputs: list[Any], shape_env: SymbolEnv | None = None) -> CompiledProgram:
         key = (training, *(v if isinstance(v, TensorMeta) else (type(v), v) for v in inputs))
@@ -236,7 +243,20 @@ class AotFunction:
 
     def __call__(self, *args: Any) -> Any:
         """Run the compiled program matching ``args`` (compiling it on first use)."""
+        if self._guarded:
+            tensors = list(args) if self._all_tensors else [args[i] for i in self._tensor_positions]
+            offsets = (torch.is_grad_enabled(), *[t.storage_offset() for t in tensors])
+            program = self._by_offsets.get(offsets)
+            if program is None:
+                if len(self._by_offsets) >= _LAYOUT_CACHE_SIZE:
+                    self._by_offsets.clear()
+                program = self._by_offsets[offsets] = self._dispatch(args, tensors)
+            return program(tensors)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        return self._dispatch(args, tensors)(tensors)
+
+    def _dispatch(self, args: Sequence[Any], tensors: list[torch.Tensor]) -> CompiledProgram:
+        """The program for ``args`` by their full layout key (compiled on first use)."""
         training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         key = (training, *map(_layout_of, args))
         try:
@@ -248,7 +268,7 @@ class AotFunction:
             if len(self._by_layout) >= _LAYOUT_CACHE_SIZE:
                 self._by_layout.clear()
             self._by_layout[key] = program
-        return program(tensors)
+        return program
 
     def _select(self, training: bool, args: Sequence[Any]) -> CompiledProgram:
         """The program for a call whose layout is new: a symbolic program admitting it, or a new one."""
@@ -273,6 +293,7 @@ def aot(
     *,
     shape_env: SymbolEnv | None = None,
     cache: ProgramCache | None = None,
+    guarded: bool = False,
 ) -> AotFunction:
     """Return a callable running ``fn`` through compiled functional aten forward/backward graphs.
 
@@ -281,6 +302,10 @@ def aot(
     TensorMetas with symbolic sizes (``ptc_spec.dynamic_meta``) make the program symbolic in
     those dims; their symbols belong to ``shape_env`` (default: the SymbolEnv a GraphModule records).
     ``cache`` (a :class:`ProgramCache`) keeps the programs of a GraphModule ``fn`` across processes.
+    ``guarded``: the caller checks before every call that each tensor argument has its example's
+    type, dtype, device, requires_grad, sizes and strides, and each other argument its value (as
+    ptc_capture's guards do); a static program's calls are then told apart by grad mode and
+    storage offsets alone, without the per-argument layout key (~1.5 us a tensor).
     """
     chosen = config if config is not None else config_from_env()
     if partition is not None:
@@ -297,7 +322,7 @@ def aot(
         fn = roundtrip(fn)
     if shape_env is None and isinstance(fn, torch.fx.GraphModule):
         shape_env = shape_env_of(fn)
-    return AotFunction(fn, list(example_inputs), fw_compiler or _as_is, bw_compiler or _as_is, chosen, shape_env, cache)
+    return AotFunction(fn, list(example_inputs), fw_compiler or _as_is, bw_compiler or _as_is, chosen, shape_env, cache, guarded)
 
 
 def _records_symbols(fn: Callable[..., Any]) -> bool:

@@ -170,6 +170,9 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
     compiled: Compiled = ptc_aot.aot(
         handoff(gm, options), list(example_inputs), fw_compiler=stage_for("forward"), bw_compiler=stage_for("backward"),
         partition=options.partition, dump_dir=options.debug_dir, cache=programs,
+        # Backends run under a capture's guards (ptc_capture's or another frontend's): each
+        # call's tensors have the example inputs' types, dtypes, sizes and strides.
+        guarded=True,
     )
     return compiled
 
