@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import torch
 from conftest import check, trace_core
 
-import ptc_inductor
-from ptc_spec import GraphBuilder, TensorMeta
-from ptc_spec.testing import compare_with_eager
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import ptc_inductor  # noqa: E402
+from ptc_inductor.ir import ExternNode  # noqa: E402
+from ptc_spec import GraphBuilder, TensorMeta  # noqa: E402
+from ptc_spec.testing import compare_with_eager  # noqa: E402
 
 aten = torch.ops.aten
 
@@ -166,3 +174,202 @@ def test_an_extern_result_nobody_reads_never_lends_its_storage() -> None:
     unread = call.outputs[1].name
     assert [buf for buf, s in compiled.memory_plan.storage.items() if s == unread] == [unread]
     compare_with_eager(compiled, gm, torch.randn(4, 5))
+
+
+# -- in-place reuse: a kernel's output takes the storage of an input that dies in it -------------
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+BACKENDS = ["cpp", pytest.param("triton", marks=pytest.mark.skipif(not _INTERPRET, reason="Triton on CPU tensors needs TRITON_INTERPRET=1"))]
+
+
+def _compile_on(fn: Callable[..., Any], backend: str, *inputs: torch.Tensor) -> ptc_inductor.CompiledGraph:
+    """``fn`` compiled with ``backend`` and compared with eager on ``inputs``."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+    compiled = ptc_inductor.compile(trace_core(fn, *inputs), config=ptc_inductor.config_from_env(backend=backend))
+    compare_with_eager(compiled, fn, *inputs)
+    return compiled
+
+
+def _made_by(compiled: ptc_inductor.CompiledGraph, op: Any) -> list[str]:
+    """The buffers extern calls of ``op`` return, in order."""
+    assert compiled.schedule is not None
+    return [b.name for s in compiled.schedule.steps if isinstance(s, ExternNode) and s.op == op for b in s.outputs if b is not None]
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = aten.mul.Tensor(aten.bmm.default(q, aten.permute.default(k, [0, 2, 1])), 0.25)
+    e = aten.exp.default(aten.sub.Tensor(scores, aten.amax.default(scores, [-1], True)))
+    return aten.bmm.default(aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)), v)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_writes_over_the_attention_scores_it_reads_last(backend: str, dtype: torch.dtype) -> None:
+    g = torch.Generator().manual_seed(0)
+    b, L, d = 2, 64, 16
+    q, k, v = (torch.randn(b, L, d, generator=g).to(dtype) for _ in range(3))
+    compiled = _compile_on(_attention, backend, q, k, v)
+    plan = compiled.memory_plan
+    assert plan is not None
+    scores, _ = _made_by(compiled, aten.bmm.default)
+    ((probs, taken),) = plan.in_place
+    assert taken == scores and plan.storage[probs] == scores
+    # Scores and probabilities share one buffer: the peak is it plus the attention output.
+    item = dtype.itemsize
+    assert plan.peak_bytes == b * L * L * item + b * L * d * item
+    if backend == "cpp":
+        # Neither pointer of the pair promises the compiler it aliases nothing.
+        ctype = "float" if dtype == torch.float32 else "uint16_t"
+        assert f"const {ctype}* {scores}," in compiled.cpp_source and f"{ctype}* {probs})" in compiled.cpp_source
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_looped_triton_style_softmax_rows_are_written_in_place(backend: str) -> None:
+    # Rows longer than a persistent tile: the Triton kernel loops over each row three times
+    # (max, sum, then normalize-and-store chunk by chunk).
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 32, generator=g), torch.randn(32, 9000, generator=g) / 8
+    w2 = torch.randn(9000, 8, generator=g) / 64
+
+    def fn(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        s = aten.mm.default(x, w)
+        e = aten.exp.default(aten.sub.Tensor(s, aten.amax.default(s, [-1], True)))
+        return aten.mm.default(aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)), w2)
+
+    compiled = _compile_on(fn, backend, x, w, w2)
+    assert compiled.memory_plan is not None
+    if backend == "triton":
+        assert "for roffset in range" in compiled.cpp_source
+    (scores, _) = _made_by(compiled, aten.mm.default)
+    assert [taken for _, taken in compiled.memory_plan.in_place] == [scores]
+
+
+def _layer_norm_of_mm(x: torch.Tensor, w: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    h = aten.mm.default(x, w)
+    mean = aten.div.Tensor(aten.sum.dim_IntList(h, [1], True), h.shape[1])
+    c = aten.sub.Tensor(h, mean)
+    var = aten.div.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(c, c), [1], True), h.shape[1])
+    y = aten.add.Tensor(aten.mul.Tensor(aten.mul.Tensor(c, aten.rsqrt.default(aten.add.Tensor(var, 1e-5))), gamma), beta)
+    return aten.mm.default(y, w)
+
+
+def _pointwise_chain(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = aten.mm.default(x, w)
+    return aten.mm.default(aten.add.Tensor(aten.tanh.default(aten.mul.Tensor(h, 2.0)), aten.sigmoid.default(h)), w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn", [_layer_norm_of_mm, _pointwise_chain], ids=["layer_norm", "pointwise_chain"])
+def test_a_kernel_consuming_a_matmul_result_last_writes_over_it(backend: str, fn: Callable[..., Any]) -> None:
+    g = torch.Generator().manual_seed(0)
+    n = 96
+    inputs = [torch.randn(n, n, generator=g), torch.randn(n, n, generator=g) / 8, torch.randn(n, generator=g), torch.randn(n, generator=g)]
+    compiled = _compile_on(fn, backend, *inputs[: 4 if fn is _layer_norm_of_mm else 2])
+    plan = compiled.memory_plan
+    assert plan is not None
+    h, out = _made_by(compiled, aten.mm.default)
+    (written,) = [b for b, s in plan.storage.items() if s == h and b != h]
+    assert plan.in_place == ((written, h),)
+    # Nothing of the matmul's size is allocated by the wrapper: the one kernel writes into h.
+    assert f"({n}, {n}, )" not in "".join(line for line in compiled.wrapper_source.splitlines() if "_empty(" in line)
+    assert plan.peak_bytes <= 2 * n * n * 4 + 2 * n * 4
+
+
+def _transposed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = aten.mm.default(x, w)
+    return aten.mm.default(aten.tanh.default(aten.permute.default(h, [1, 0])), w)
+
+
+def _rolled(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = aten.mm.default(x, w)
+    r = aten.cat.default([aten.slice.Tensor(h, 1, 1, None), aten.slice.Tensor(h, 1, 0, 1)], 1)
+    return aten.mm.default(aten.add.Tensor(h, r), w)
+
+
+def _read_by_a_later_kernel(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = aten.mm.default(x, w)
+    return aten.add.Tensor(h, aten.mm.default(aten.tanh.default(h), w))
+
+
+def _graph_input(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return aten.mm.default(aten.tanh.default(x), w)
+
+
+def _reread_after_the_store(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # One kernel: exp(h) is stored first, then the row sums read h again.
+    h = aten.mm.default(x, w)
+    e = aten.exp.default(h)
+    s = aten.sum.dim_IntList(aten.mul.Tensor(h, 2.0), [1], True)
+    return aten.mm.default(e, w), s
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn",
+    [_transposed, _rolled, _read_by_a_later_kernel, _graph_input, _reread_after_the_store],
+    ids=["transposed", "rolled", "read_later", "graph_input", "reread_after_store"],
+)
+def test_no_output_takes_an_input_read_elsewhere_or_after_the_write(backend: str, fn: Callable[..., Any]) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(128, 128, generator=g), torch.randn(128, 128, generator=g) / 8
+    compiled = _compile_on(fn, backend, x, w)
+    assert compiled.memory_plan is not None and compiled.memory_plan.in_place == ()
+    if fn is _reread_after_the_store:
+        assert compiled.schedule is not None and len(compiled.schedule.kernels) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_output_takes_a_buffer_a_fallback_view_reads(backend: str) -> None:
+    b = GraphBuilder("core/2")
+    x, w = b.input("x", TensorMeta.of((64, 64))), b.input("w", TensorMeta.of((64, 64)))
+    h = b.call(aten.mm.default, x, w)
+    # The kernel reads h at (i, j) and, through the view, at (j, i): writing its sum over h
+    # would change elements the view has yet to read.
+    ht = b.fallback(aten.transpose.int, h, 0, 1)
+    b.output(b.call(aten.mm.default, b.call(aten.add.Tensor, h, ht), w))
+    gm = b.build()
+    if backend == "triton":
+        pytest.importorskip("triton")
+    compiled = ptc_inductor.compile(gm, config=ptc_inductor.config_from_env(backend=backend))
+    compare_with_eager(compiled, gm, torch.randn(64, 64), torch.randn(64, 64))
+    assert compiled.memory_plan is not None and compiled.memory_plan.in_place == ()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symbolic_softmax_rows_are_written_in_place_at_every_size(backend: str) -> None:
+    from dynamic_harness import D, compile_dynamic, sizes_of
+
+    def fn(x: Any, w: Any, w2: Any) -> Any:
+        s = aten.mm.default(x, w)
+        e = aten.exp.default(aten.sub.Tensor(s, aten.amax.default(s, [-1], True)))
+        return aten.mm.default(aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)), w2)
+
+    dyn = compile_dynamic(fn, D((6, 4), (0,)), D((4, 10), (1,)), D((10, 3), (0,)), backend=backend)
+    assert dyn.compiled.memory_plan is not None
+    (scores, _) = _made_by(dyn.compiled, aten.mm.default)
+    assert [taken for _, taken in dyn.compiled.memory_plan.in_place] == [scores]
+    dyn.run_all(sizes_of(s0=[6, 2, 9], s1=[10, 33, 5], s2=[10, 33, 5]))
+
+
+def test_in_place_reuse_is_off_with_buffer_reuse() -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 16, 8, generator=g) for _ in range(3))
+    config = ptc_inductor.config_from_env(reuse_buffers=False)
+    compiled = ptc_inductor.compile(trace_core(_attention, q, k, v), config=config)
+    compare_with_eager(compiled, _attention, q, k, v)
+    assert compiled.memory_plan is not None and compiled.memory_plan.in_place == ()
+    assert "__restrict__" in compiled.cpp_source
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or _INTERPRET, reason="needs CUDA and TRITON_INTERPRET=0")
+def test_autotuning_an_in_place_kernel_leaves_its_first_call_right(tmp_path: Any) -> None:
+    # Autotuning launches the kernel once per candidate config: on the input itself, the later
+    # launches would read the probabilities written by the earlier ones.
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(8, 512, 64, generator=g).cuda() for _ in range(3))
+    config = ptc_inductor.config_from_env(triton_autotune="max-autotune", cache_dir=str(tmp_path))
+    compiled = ptc_inductor.compile(trace_core(_attention, q, k, v), config=config)
+    assert compiled.memory_plan is not None and compiled.memory_plan.in_place
+    compare_with_eager(compiled, _attention, q, k, v, rtol=1e-4, atol=1e-4)

@@ -24,7 +24,14 @@ from ptc_inductor.codegen.triton_heuristics import (
 from ptc_inductor.config import Config
 from ptc_inductor.cuda_launch import launcher_module
 from ptc_inductor.triton_interpret import interpreting
-from ptc_inductor.triton_runtime import LoadedKernel, _read_autotune, _write_autotune, triton_options, write_module
+from ptc_inductor.triton_runtime import (
+    LoadedKernel,
+    _read_autotune,
+    _timing_args,
+    _write_autotune,
+    triton_options,
+    write_module,
+)
 
 aten = torch.ops.aten
 TESTS = Path(__file__).parent
@@ -61,6 +68,15 @@ def test_autotune_results_and_kernel_modules_are_cached_on_disk(tmp_path: Path) 
     first = write_module(k, str(tmp_path))
     mtime = os.path.getmtime(first)
     assert write_module(k, str(tmp_path)) == first and os.path.getmtime(first) == mtime
+
+
+def test_autotuning_times_a_kernel_written_in_place_on_a_copy_of_the_shared_tensor() -> None:
+    # An output written over its input reaches the kernel as the same tensor twice: timed
+    # launches on it would clobber the input the real launch after them reads.
+    shared, other = torch.arange(4.0), torch.ones(3)
+    trial = _timing_args([shared, other, shared, 7], 3)
+    assert trial[0] is trial[2] and trial[0] is not shared and torch.equal(trial[0], shared)
+    assert trial[1] is other and trial[3] == 7
 
 
 def test_environment_selects_autotune_mode_and_backend() -> None:

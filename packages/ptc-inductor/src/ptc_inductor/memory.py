@@ -1,17 +1,26 @@
-"""Memory planning: free buffers after their last use and reuse freed storage of equal size."""
+"""Memory planning: free buffers after their last use and reuse freed storage of equal size.
+
+A kernel's output may also take the storage of an input that dies in that very kernel (in-place
+reuse) when the kernel reads every element of the input only where, and before, it writes the
+same element of the output: softmax over an attention-scores matmul then needs one buffer, not two.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import sympy
 import torch
 
-from .ir import Buffer, ExternNode
+from .analysis import Access
+from .indexing import Expr, rvar, xvar
+from .ir import Buffer, ComputedNode, ExternNode
 from .lowering.context import is_dense
 from .scheduler import Kernel, Schedule
-from .sizes import Size, hint
+from .sizes import Size, hint, normalize
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +34,14 @@ class MemoryPlan:
     """At the size hints, where sizes are symbolic."""
     reused: int
     local: frozenset[str] = frozenset()
+    in_place: tuple[tuple[str, str], ...] = ()
+    """(output, input) pairs: the kernel making the output writes it into the storage of the
+    input, which dies in that kernel. Both names then point at one storage inside the kernel."""
+
+    @property
+    def aliased(self) -> frozenset[str]:
+        """Buffers sharing their storage with another parameter of the same kernel."""
+        return frozenset(name for pair in self.in_place for name in pair)
 
 
 def _key(buf: Buffer) -> tuple[Size, torch.dtype, torch.device]:
@@ -87,6 +104,68 @@ def _extend_aliased(sched: Schedule, last_use: dict[str, int], outputs: set[str]
     return kept, views
 
 
+def _inner(node: ComputedNode, k: int) -> tuple[Size, ...]:
+    """The loops ``node`` runs inside a kernel's ``k`` shared outer loops."""
+    return node.reduction_ranges if node.is_reduction else node.ranges[k:]
+
+
+def _shared_index(node: ComputedNode, k: int, index: Expr) -> Expr:
+    """``index`` over loop variables every node of a kernel names alike: the shared outer ``x0..``,
+    then the node's own inner loops (a reduction's ``r<j>``, a pointwise node's ``x<k+j>``) as ``c<j>``."""
+    inner = [rvar(j) for j in range(len(node.reduction_ranges))] if node.is_reduction else [xvar(k + j) for j in range(len(node.ranges) - k)]
+    table = {v: sympy.Symbol(f"c{j}", integer=True, nonnegative=True) for j, v in enumerate(inner)}
+    return sympy.expand(index.xreplace(table))
+
+
+def in_place_safe(kernel: Kernel, accesses: dict[str, Access], out: Buffer, inp: str) -> bool:
+    """True when ``kernel`` computes the same values if ``out`` is written into ``inp``'s storage.
+
+    One node writes ``out``, each element once, as that node's only output (its body loads
+    everything before its one store). Every load of ``inp`` in the kernel must hit, in shared
+    loop variables over the same inner loops, exactly the index that store writes, and happen
+    in that node or an earlier one. Then each storage element is read only at the loop point
+    that writes it, before the write: the outer point owning it runs every earlier node first
+    (C++ runs a kernel's nodes in order inside the shared loops; a Triton program runs them in
+    order on whole outer points), and no other outer point (thread, program) touches it. A
+    Triton looped kernel re-reads the row in every node, but its storing node reads and writes
+    one chunk at a time, and no later node reads ``inp``. Kernels with split column partials
+    riding along (a row loop that reads rows in a different order) are left alone.
+    """
+    if kernel.partials or kernel.is_empty:
+        return False
+    k = len(kernel.outer)
+    writes = [(pos, n, i) for pos, n in enumerate(kernel.nodes) for name, i in accesses[n.name].stores if name == out.name]
+    if len(writes) != 1:
+        return False
+    at, writer, store = writes[0]
+    # A dense layout stores each of the node's points to its own element.
+    if len(writer.outputs) != 1 or writer.outputs[0].layout.numel != normalize(math.prod(writer.ranges)):
+        return False
+    target = _shared_index(writer, k, store)
+    inner = _inner(writer, k)
+    for pos, node in enumerate(kernel.nodes):
+        loads = [i for name, i in accesses[node.name].loads if name == inp]
+        if not loads:
+            continue
+        if pos > at or _inner(node, k) != inner:
+            return False
+        if any(sympy.expand(_shared_index(node, k, i) - target) != 0 for i in loads):
+            return False
+    return True
+
+
+def _in_place_input(kernel: Kernel, out: Buffer, accesses: dict[str, Access], buffers: dict[str, Buffer], dying: list[str]) -> str | None:
+    """The first of ``dying`` (inputs of ``kernel`` free to give their storage away) that ``out``
+    can be written into: of the same byte size, dtype and device, and read only where and before
+    the kernel writes ``out``."""
+    if not is_dense(out.layout.size, out.layout.stride) or out.layout.offset != 0:
+        return None
+    for name in dying:
+        if _key(buffers[name]) == _key(out) and in_place_safe(kernel, accesses, out, name):
+            return name
+    return None
+
+
 def plan_memory(
     sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool, local_kernels: Collection[str] | None = None
 ) -> MemoryPlan:
@@ -110,6 +189,9 @@ def plan_memory(
     # A view returned by a fallback reads its input's storage: that storage stays allocated and
     # out of the reuse pool while the view lives, and the view's own storage is never reused.
     kept, views = _extend_aliased(sched, last_use, outputs)
+    # Never written over in place: kept buffers, views, and buffers a fallback's view reads
+    # through (their values must outlive the kernel that reads them last by name).
+    barred = kept | views | {base for step in sched.steps if isinstance(step, ExternNode) for _, base in step.aliases}
     storage: dict[str, str] = {}
     allocate: dict[int, list[str]] = defaultdict(list)
     frees: dict[int, list[str]] = defaultdict(list)
@@ -119,14 +201,33 @@ def plan_memory(
     reused_storages: set[str] = set()
     free_events: list[tuple[int, str]] = []
     unread: set[str] = set()
+    in_place: list[tuple[str, str]] = []
+    handed_on: set[str] = set()
     for i, step in enumerate(sched.steps):
         made = [b for n in step.nodes for b in n.outputs] if isinstance(step, Kernel) else [b for b in step.outputs if b is not None]
         made = [b for b in made if b.name not in local]
+        # Inputs dying in this kernel whose storage an output may take: made by an earlier step
+        # (not a graph input, constant or kernel local), never seen through a view, not returned.
+        dying = []
+        if reuse and isinstance(step, Kernel):
+            reads = dict.fromkeys(r for n in step.nodes for r in sched.accesses[n.name].reads())
+            for name in reads:
+                if last_use.get(name) == i and name in storage and defined[name] < i and name not in barred and name not in unread:
+                    dying.append(name)
         for buf in made:
             if isinstance(step, ExternNode):
                 storage[buf.name] = buf.name
                 storage_bytes[buf.name] = 0 if buf.name in views else hint(buf.layout.nbytes)
                 live += storage_bytes[buf.name]
+                continue
+            src = _in_place_input(step, buf, sched.accesses, buffers, dying) if buf.name not in kept else None
+            if src is not None:
+                # The storage passes from the input to the output: nothing is allocated or freed.
+                storage[buf.name] = storage[src]
+                dying.remove(src)
+                handed_on.add(src)
+                in_place.append((buf.name, src))
+                reused += 1
                 continue
             candidates = pool.get(_key(buf)) if reuse and buf.name not in outputs else None
             if candidates:
@@ -150,7 +251,7 @@ def plan_memory(
                     # storage can never serve another buffer.
                     unread.add(buf.name)
         for name, last in last_use.items():
-            if last != i or name in kept or name not in storage or name not in defined or name in local:
+            if last != i or name in kept or name not in storage or name not in defined or name in local or name in handed_on:
                 continue
             s = storage[name]
             live -= storage_bytes[s]
@@ -173,4 +274,5 @@ def plan_memory(
         peak,
         reused,
         local,
+        tuple(in_place),
     )

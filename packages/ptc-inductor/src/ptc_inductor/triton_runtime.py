@@ -363,10 +363,11 @@ class TritonLauncher:
             self._set_config(LaunchConfig(**cached))
             return
         timings: list[tuple[float, LaunchConfig]] = []
+        trial = _timing_args(args, self._tensors)
         for cfg in configs:
             self._set_config(cfg)
             try:
-                ms = time_launches(lambda: self(*args), device)
+                ms = time_launches(lambda: self(*trial), device)
             except Exception as exc:  # a config can exceed shared memory or registers: skip it
                 log.debug("config %s of %s failed: %s", cfg.key(), self.kernel.name, exc)
                 continue
@@ -377,6 +378,25 @@ class TritonLauncher:
         log.debug("autotuned %s: %s", self.kernel.name, ", ".join(f"{c.key()}={ms:.4f}ms" for ms, c in timings))
         self._set_config(best)
         _write_autotune(self.options.cache_dir, key, best)
+
+
+def _timing_args(args: Sequence[Any], tensors: int) -> list[Any]:
+    """``args`` for timing launches: a tensor passed twice (an output written in place over an
+    input, see memory.in_place_safe) is copied once, so repeated launches never read their own
+    results and the real launch after them still sees the input."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for a in args[:tensors]:
+        (twice if id(a) in seen else seen).add(id(a))
+    copies: dict[int, Any] = {}
+    out = []
+    for a in args:
+        if id(a) in twice:
+            if id(a) not in copies:
+                copies[id(a)] = a.clone()
+            a = copies[id(a)]
+        out.append(a)
+    return out
 
 
 AUTOTUNE_BUDGET_MS = 1.0

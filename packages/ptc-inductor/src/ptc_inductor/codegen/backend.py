@@ -55,7 +55,7 @@ def cpp_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], c
     from ..build import load_library
     from .cpp_kernel import generate_kernel, generate_source
 
-    kernels = [generate_kernel(k, buffers, sched.accesses, config, plan.local) for k in sched.kernels]
+    kernels = [generate_kernel(k, buffers, sched.accesses, config, plan.local, plan.aliased) for k in sched.kernels]
     source = generate_source(kernels)
     if not kernels:
         return BackendOutput({}, source, None)

@@ -333,9 +333,15 @@ class _KernelWriter:
 
 
 def generate_kernel(
-    kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config, local: frozenset[str] = frozenset()
+    kernel: Kernel,
+    buffers: dict[str, Buffer],
+    accesses: dict[str, Any],
+    config: Config,
+    local: frozenset[str] = frozenset(),
+    aliased: frozenset[str] = frozenset(),
 ) -> CppKernel:
-    """Generate the C++ function of one kernel; buffers in ``local`` become C++ locals."""
+    """Generate the C++ function of one kernel; buffers in ``local`` become C++ locals, those in
+    ``aliased`` may share their storage with another parameter (an output written in place)."""
     writer = _KernelWriter(kernel, buffers, config, local)
     writer.emit_body()
     names, written = writer.params(accesses)
@@ -343,7 +349,10 @@ def generate_kernel(
     for name in names:
         ct = storage_ctype(buffers[name].layout.dtype)
         const = "" if name in written else "const "
-        params.append(f"{const}{ct}* __restrict__ {name}")
+        # __restrict__ promises no other parameter reaches the same memory: false for a pair
+        # written in place, so the compiler could move a write before a read of the same element.
+        restrict = "" if name in aliased else " __restrict__"
+        params.append(f"{const}{ct}*{restrict} {name}")
     env = sizes.current()
     size_names = tuple(env.code_name(s) for s in sizes.ordered(writer.p.used))
     params.extend(f"int64_t {n}" for n in size_names)
