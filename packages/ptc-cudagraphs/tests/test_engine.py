@@ -381,3 +381,25 @@ def test_stats_count_the_buffers_of_copied_inputs(engine: Engine) -> None:
     snap = engine.stats.snapshot()
     # x (4 x 2 float32) is copied into a buffer; the static weight is read where it is.
     assert (snap.recordings, snap.input_buffer_bytes) == (1, 4 * 2 * 4)
+
+
+def test_fixed_layouts_key_calls_by_static_addresses_without_the_layout_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ptc_cudagraphs.engine as engine_module
+
+    engine = Engine(FakeRecorder(), Config())
+    p = torch.nn.Parameter(torch.randn(3), requires_grad=False)
+    f = make(lambda x, w, s: x * w + s, fixed_layouts=True, static=frozenset({2}))
+    full_keys = []
+    real = engine_module.input_key
+    monkeypatch.setattr(engine_module, "input_key", lambda *a: full_keys.append(1) or real(*a))
+    s1, s2 = torch.zeros(3), torch.ones(3)
+    for _ in range(4):
+        x = torch.randn(3)
+        torch.testing.assert_close(run(engine, f, x, p, s1), x * p + s1)
+    assert len(full_keys) == 1, "the first call checks devices through the full key; later ones key by addresses"
+    assert engine.recorder.recordings[0].copies == 3  # type: ignore[attr-defined]  # x only: the parameter is static
+    # A moved static input still records again instead of reading the old memory.
+    x = torch.randn(3)
+    torch.testing.assert_close(run(engine, f, x, p, s2), x * p + s2)
+    torch.testing.assert_close(run(engine, f, x, p, s2), x * p + s2)
+    assert engine.stats.snapshot().recordings == 2

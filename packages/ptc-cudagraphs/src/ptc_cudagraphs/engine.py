@@ -12,7 +12,7 @@ from torch.utils import _pytree as pytree
 
 from ptc_cudagraphs.config import Config
 from ptc_cudagraphs.errors import CaptureError, PtcCudagraphsError
-from ptc_cudagraphs.keys import copied_indices, input_key
+from ptc_cudagraphs.keys import copied_indices, fixed_layout_key, input_key, parameter_positions
 from ptc_cudagraphs.liveness import Liveness
 from ptc_cudagraphs.reasons import (
     PERMANENT,
@@ -58,6 +58,10 @@ class FunctionState:
     after_record: Callable[[Node], str | None] | None = None
     eager_reason: FallbackReason | None = None
     keys: set[Hashable] = field(default_factory=set)
+    # The caller guarantees one layout per argument across calls (see cudagraphify): after the
+    # first call has checked devices, calls are keyed by fixed_layout_key over these positions.
+    fixed_layouts: bool = False
+    fixed_static: frozenset[int] | None = None
 
 
 class CallResult(NamedTuple):
@@ -108,10 +112,17 @@ class Engine:
                 # (activations, the first eager backward's gradients) that held side-stream blocks.
                 self._recorded = False
                 self.recorder.release_cached()
-        key, devices = input_key(args, f.static, self._is_parent_output)
-        reason = device_reason(devices, self.recorder.device)
-        if reason is not None:
-            return self._eager(f, args, reason)
+        if f.fixed_static is not None:
+            key = fixed_layout_key(args, f.fixed_static, self._is_parent_output)
+        else:
+            key, devices = input_key(args, f.static, self._is_parent_output)
+            reason = device_reason(devices, self.recorder.device)
+            if reason is not None:
+                return self._eager(f, args, reason)
+            if f.fixed_layouts:
+                # Devices and parameters are part of the layout the caller fixes: checked once.
+                f.fixed_static = f.static | parameter_positions(args)
+                key = fixed_layout_key(args, f.fixed_static, self._is_parent_output)
         node = tree.child(f.function_id, key)
         if node is None:
             limit = (f.config or self.config).max_recordings_per_function

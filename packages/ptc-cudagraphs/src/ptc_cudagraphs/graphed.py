@@ -29,6 +29,7 @@ class CudaGraphed:
         static: frozenset[int],
         config: Config | None,
         name: str,
+        fixed_layouts: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name
@@ -40,13 +41,13 @@ class CudaGraphed:
         # Per call arity: (position among the differentiable inputs, parameter), built once.
         self._param_leaves: dict[int, list[tuple[int, torch.Tensor]]] = {}
         self._infer = FunctionState(
-            fn=fn, name=name, function_id=next(_IDS), static=static, config=config
+            fn=fn, name=name, function_id=next(_IDS), static=static, config=config, fixed_layouts=fixed_layouts
         )
         # The hook holds the plans table, not self: a cycle through self would keep dead
         # callables (and their graphs) alive until the next garbage collection.
         self._train = FunctionState(
             fn=fn, name=name, function_id=next(_IDS), static=static, grad=True, config=config,
-            after_record=backward_recorder(self.engine, name, self._params, self._plans),
+            after_record=backward_recorder(self.engine, name, self._params, self._plans), fixed_layouts=fixed_layouts,
         )
         if device.type != "cuda":
             self._infer.eager_reason = self._train.eager_reason = FallbackReason.NOT_CUDA
@@ -102,8 +103,13 @@ def cudagraphify(
     *,
     config: Config | None = None,
     name: str | None = None,
+    fixed_layouts: bool = False,
 ) -> CudaGraphed:
-    """Return a callable like fn whose calls replay CUDA graphs recorded from fn."""
+    """Return a callable like fn whose calls replay CUDA graphs recorded from fn.
+
+    ``fixed_layouts``: the caller guarantees that every call's tensors have the example inputs'
+    dtypes, devices, sizes, strides and parameter-ness (a frontend's guards do); calls are then
+    told apart by the addresses of static inputs alone, not a per-tensor layout key."""
     static: set[int] = set()
     for item in static_inputs:
         if isinstance(item, torch.Tensor):
@@ -112,7 +118,7 @@ def cudagraphify(
             static.add(int(item))
     device = _device_of(example_inputs)
     label = name or getattr(fn, "__qualname__", None) or type(fn).__name__
-    return CudaGraphed(fn, device, frozenset(static), config, label)
+    return CudaGraphed(fn, device, frozenset(static), config, label, fixed_layouts)
 
 
 def _device_of(example_inputs: Sequence[object]) -> torch.device:

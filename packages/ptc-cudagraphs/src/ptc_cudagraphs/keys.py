@@ -34,6 +34,34 @@ def input_key(
     return tuple(key), frozenset(devices)
 
 
+_COPIED_ENTRY = (COPIED,)
+
+
+def fixed_layout_key(
+    args: Sequence[object],
+    static: frozenset[int],
+    is_pool_output: Callable[[torch.Tensor], bool],
+) -> tuple[Hashable, ...]:
+    """input_key's signature for a callable whose every call has one layout per argument (the
+    caller guarantees dtypes, devices, sizes and strides, as a frontend's guards do): only the
+    addresses of static inputs and pool outputs, and each other value, tell calls apart.
+    ``static`` must hold the parameters' positions too (see :func:`parameter_positions`)."""
+    key: list[Hashable] = []
+    for i, arg in enumerate(args):
+        if i in static:
+            key.append((STATIC, arg.data_ptr()))  # type: ignore[attr-defined]
+        elif isinstance(arg, torch.Tensor):
+            key.append((STATIC, arg.data_ptr()) if is_pool_output(arg) else _COPIED_ENTRY)
+        else:
+            key.append((VALUE, _hashable(arg)))
+    return tuple(key)
+
+
+def parameter_positions(args: Sequence[object]) -> frozenset[int]:
+    """Positions of the parameters among ``args``: static inputs, as input_key treats them."""
+    return frozenset(i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and _is_parameter(a))
+
+
 def _is_parameter(tensor: torch.Tensor) -> bool:
     # Parameter's isinstance goes through a Python-level metaclass hook; a plain tensor, the
     # common argument, is answered by its exact type without it.
