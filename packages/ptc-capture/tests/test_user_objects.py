@@ -7,13 +7,14 @@ import collections
 import collections.abc
 import dataclasses
 import warnings
+from typing import Any
 
 import pytest
 import torch
 from ptc_capture_testing import CountingBackend, needs_hook
 
 import ptc_capture
-from ptc_spec.testing import compare_with_eager
+from ptc_spec.testing import assert_same, compare_with_eager
 
 pytestmark = needs_hook
 
@@ -197,6 +198,75 @@ def test_dict_subclass_dataclass_with_setattr_override_matches_eager():
     for fn in (_record_reads, _record_returned):
         report = ptc_capture.explain(fn)(torch.randn(3))
         assert report.graph_break_count == 0, str(report)
+
+
+class OutputMeta(type):
+    """A metaclass that only hooks class-level stores, as transformers 5's ModelOutput has."""
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+
+
+class MetaRecord(Record, metaclass=OutputMeta):
+    """Record under a metaclass, as transformers 5's ModelOutput is."""
+
+
+@dataclasses.dataclass
+class LayerOutput(MetaRecord):
+    last: torch.Tensor | None = None
+    hidden: tuple[torch.Tensor, ...] | None = None
+    loss: torch.Tensor | None = None
+
+
+def _wrapped(fn):
+    # transformers 5 wraps forwards in decorators that read and change the output they return.
+    def wrapper(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if out.loss is None:
+            out.loss = out.last.mean()
+        return out
+
+    return wrapper
+
+
+@_wrapped
+def _model_output(x):
+    out = LayerOutput(x.relu(), hidden=(x, x * 2))
+    out["last"] = out.last + 1
+    return out
+
+
+def _model_output_read(x):
+    out = _model_output(x)
+    fields = tuple(f.name for f in dataclasses.fields(out))
+    return out.to_tuple(), out[0] * out["loss"], len(out), fields, list(out.keys()), "loss" in out, isinstance(out, Record)
+
+
+def _fields_of(out: Any) -> dict[str, Any]:
+    return {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+
+
+def test_model_output_with_metaclass_is_built_in_one_graph_and_returned_as_eager_builds_it():
+    backend = CountingBackend()
+    x = torch.randn(3, 4)
+    expected = _model_output(x)
+    actual = ptc_capture.optimize(backend)(_model_output)(x)
+    assert type(actual) is LayerOutput
+    assert list(actual.keys()) == list(expected.keys()) == ["last", "hidden", "loss"]
+    assert_same(list(actual.to_tuple()), list(expected.to_tuple()))
+    assert_same(_fields_of(actual), _fields_of(expected))
+    assert_same(actual["hidden"][1], expected["hidden"][1])
+    assert backend.count == 1
+    report = ptc_capture.explain(_model_output)(x)
+    assert report.graph_break_count == 0, str(report)
+
+
+def test_model_output_read_in_the_trace_matches_eager():
+    backend = CountingBackend()
+    x = torch.randn(3, 4)
+    assert_same(ptc_capture.optimize(backend)(_model_output_read)(x), _model_output_read(x))
+    assert backend.count == 1
+    assert ptc_capture.explain(_model_output_read)(x).graph_break_count == 0
 
 
 class Layer(abc.ABC):

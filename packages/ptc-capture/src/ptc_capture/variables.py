@@ -183,6 +183,10 @@ def _wrap_iterator(state: CaptureState, value: Any, source: Source) -> Var:
     # A resume function receives the live iterator of an unrolled loop; __reduce__ shows its
     # sequence and position without advancing it.
     reduced = value.__reduce__()
+    if len(reduced) >= 3 and type(reduced[1][0]) not in (list, tuple, range):
+        # Over a subclass (a list subclass's storage): left opaque, so using it is a graph break.
+        state.guards.add(Guard("type", source, type(value)))
+        return Var("object", value, source=source)
     state.guards.add(Guard("len", Source("reduce", None, source), (tuple, len(reduced))))
     if len(reduced) < 3:
         return Var("iter", box=IterBox([]))
@@ -195,8 +199,7 @@ def _wrap_iterator(state: CaptureState, value: Any, source: Source) -> Var:
     items = list(seq_var.items) if seq_var.kind == "tuple" else None
     if items is None and seq_var.kind == "const" and isinstance(seq_var.value, range):
         items = [const(v) for v in seq_var.value]
-    if items is None:
-        raise TypeError(f"cannot wrap an iterator over {type(sequence).__name__}")
+    assert items is not None, "an exact list, tuple or range wraps as one"
     return Var("iter", box=IterBox(items[position:]))
 
 

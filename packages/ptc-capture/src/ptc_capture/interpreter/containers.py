@@ -7,8 +7,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ptc_capture.interpreter.calls import call, caller
-from ptc_capture.interpreter.objects import class_attr, dict_base, dict_storage
+from ptc_capture.interpreter.calls import BUILTINS, Caller, call, caller
+from ptc_capture.interpreter.objects import call_slot, class_attr, dict_base, dict_storage
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, key_var, sequence_items
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
@@ -159,22 +159,22 @@ def _dict_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: 
         return Var("dict", target.value, box=DictBox(dict(items)))
     if name in _DICT_MUTATORS or (ordered and name in _ORDERED_MUTATORS):
         method = _DICT_MUTATORS.get(name) or _ORDERED_MUTATORS[name]
-        result = method(frame, target, items, args, kwargs)
+        result = method(frame, ordered, items, args, kwargs)
         if target.source is not None:
             frame.state.side_effects.mutate_contents(target)
         return result
     raise Unsupported(f"{'OrderedDict' if ordered else 'dict'}.{name} is not supported")
 
 
-def _update(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _update(frame: Frame, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
     if len(args) > 1:
         raise Unsupported("dict.update() takes at most one positional argument (TypeError in eager)")
-    items.update(dict_items(frame, args[0], ordered=target.value is collections.OrderedDict) if args else {})
+    items.update(dict_items(frame, args[0], ordered=ordered) if args else {})
     items.update(kwargs)
     return const(None)
 
 
-def _pop(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _pop(frame: Frame, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
     key = as_const(args[0], "a key")
     if key not in items and len(args) < 2:
         raise Unsupported("dict.pop of a missing key (KeyError in eager)")
@@ -182,12 +182,12 @@ def _pop(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwar
     return found
 
 
-def _setdefault(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _setdefault(frame: Frame, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
     found: Var = items.setdefault(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
     return found
 
 
-def _clear(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _clear(frame: Frame, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
     items.clear()
     return const(None)
 
@@ -197,16 +197,16 @@ def _last(args: list[Var], kwargs: dict[str, Var]) -> bool:
     return True if flag is None else bool(as_const(flag, "last="))
 
 
-def _popitem(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _popitem(frame: Frame, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
     # dict.popitem takes the last entry (LIFO); OrderedDict.popitem(last=False) the first.
     if not items:
         raise Unsupported("popitem from an empty dict (KeyError in eager)")
-    last = _last(args, kwargs) if target.value is collections.OrderedDict else True
+    last = _last(args, kwargs) if ordered else True
     key = next(reversed(items)) if last else next(iter(items))
     return Var("tuple", tuple, items=(key_var(key), items.pop(key)))
 
 
-def _move_to_end(frame: Frame, target: Var, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _move_to_end(frame: Frame, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> Var:
     key = as_const(args[0], "a key")
     if key not in items:
         raise Unsupported(f"move_to_end of a missing key {key!r} (KeyError in eager)")
@@ -221,12 +221,124 @@ def _move_to_end(frame: Frame, target: Var, items: dict[Any, Var], args: list[Va
     return const(None)
 
 
-_Mutator = Callable[[Frame, Var, dict[Any, Var], list[Var], dict[str, Var]], Var]
+_Mutator = Callable[[Frame, bool, dict[Any, Var], list[Var], dict[str, Var]], Var]
 _DICT_MUTATORS: dict[str, _Mutator] = {
     "update": _update, "pop": _pop, "setdefault": _setdefault, "clear": _clear, "popitem": _popitem,
 }  # fmt: skip
 _ORDERED_MUTATORS: dict[str, _Mutator] = {"move_to_end": _move_to_end}
 """Methods that change a dict (OrderedDict only: ``_ORDERED_MUTATORS``), each returning the call's result."""
+
+
+# -- dict's and OrderedDict's C methods called on a dict subclass made in the trace (or on a
+# dict Var through the unbound method, ``dict.update(d, other)``), found as BUILTINS rules by
+# the id of the method descriptor (``super().__init__(**kw)``, ``self.update(...)``).
+#
+# dict's methods work on the storage directly. OrderedDict's, on a subclass, reach the
+# subclass's own item methods as CPython's odict does: ``__init__`` and ``update`` store each
+# entry through ``self[key] = value`` (MutableMapping.update), ``copy`` builds ``type(self)()``
+# and fills it the same way; pop, popitem and setdefault read and delete through
+# ``__getitem__``/``__delitem__``/``__contains__``, so a class overriding those is left to a
+# graph break (https://github.com/python/cpython/blob/3.11/Objects/odictobject.c).
+
+_ITEM_SLOTS = ("__getitem__", "__setitem__", "__delitem__", "__contains__")
+
+
+def _storage_target(frame: Frame, fn: Var, args: list[Var], name: str) -> tuple[Var, dict[Any, Var], bool]:
+    """The dict behind the method's ``self``, its entries, and whether the method is OrderedDict's."""
+    if not args:
+        raise Unsupported(f"dict.{name}() called without self (TypeError in eager)")
+    target = args[0]
+    box, mutable = dict_storage(frame, target)
+    if not mutable:
+        raise Unsupported(f"changing a {type(target.value).__name__} from the frame through its C slots")
+    ordered = getattr(fn.value, "__objclass__", dict) is collections.OrderedDict
+    if ordered and not issubclass(_class_of(target) or target.value or dict, collections.OrderedDict):
+        raise Unsupported(f"OrderedDict.{name} of a plain dict (TypeError in eager)")
+    return target, box.items, ordered
+
+
+def _overrides_items(target: Var) -> bool:
+    return target.kind == "userobj" and any(
+        class_attr(target.value, slot) is not getattr(collections.OrderedDict, slot) for slot in _ITEM_SLOTS
+    )
+
+
+def _changed(frame: Frame, target: Var) -> None:
+    if target.kind == "dict" and target.source is not None:
+        frame.state.side_effects.mutate_contents(target)
+
+
+def _store_entries(frame: Frame, target: Var, ordered: bool, items: dict[Any, Var], args: list[Var], kwargs: dict[str, Var]) -> None:
+    """``dict.update``/``dict.__init__`` of ``target``: straight into its storage, or, for
+    OrderedDict's on a subclass, one ``self[key] = value`` per entry in the class's own slot."""
+    if len(args) > 1:
+        raise Unsupported("dict.update() takes at most one positional argument (TypeError in eager)")
+    entries = dict(dict_items(frame, args[0], ordered=ordered)) if args else {}
+    entries.update(kwargs)
+    if not (ordered and target.kind == "userobj"):
+        items.update(entries)
+        return
+    for key, value in entries.items():
+        call_slot(frame, target, "__setitem__", [key_var(key), value])
+
+
+def _register(*names: str, ordered_only: bool = False) -> Callable[[Caller], Caller]:
+    def register(fn: Caller) -> Caller:
+        bases = (collections.OrderedDict,) if ordered_only else (dict, collections.OrderedDict)
+        for base in bases:
+            for name in names:
+                BUILTINS[id(vars(base)[name])] = fn
+        return fn
+
+    return register
+
+
+@_register("__init__", "update")
+def _dict_store_entries(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    target, items, ordered = _storage_target(frame, fn, args, fn.value.__name__)
+    _store_entries(frame, target, ordered, items, args[1:], kwargs)
+    _changed(frame, target)
+    return const(None)
+
+
+@_register("pop", "popitem", "setdefault", "clear")
+def _dict_change(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    name = fn.value.__name__
+    target, items, ordered = _storage_target(frame, fn, args, name)
+    if ordered and name != "clear" and _overrides_items(target):
+        raise Unsupported(f"OrderedDict.{name} of a {target.value.__name__}, whose own item methods it would call")
+    if kwargs and not (ordered and name == "popitem" and set(kwargs) <= {"last"}):
+        raise Unsupported(f"dict.{name}() got unexpected keyword arguments (TypeError in eager)")
+    result = _DICT_MUTATORS[name](frame, ordered, items, args[1:], kwargs)
+    _changed(frame, target)
+    return result
+
+
+@_register("move_to_end", ordered_only=True)
+def _dict_move_to_end(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    target, items, ordered = _storage_target(frame, fn, args, "move_to_end")
+    if set(kwargs) - {"last"}:
+        raise Unsupported("OrderedDict.move_to_end() got unexpected keyword arguments (TypeError in eager)")
+    result = _move_to_end(frame, ordered, items, args[1:], kwargs)
+    _changed(frame, target)
+    return result
+
+
+@_register("copy")
+def _dict_copy(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    target = args[0] if args else None
+    if target is None or kwargs or len(args) > 1:
+        raise Unsupported("dict.copy() takes no arguments (TypeError in eager)")
+    items = dict_storage(frame, target)[0].items
+    if getattr(fn.value, "__objclass__", dict) is dict:
+        return Var("dict", box=DictBox(dict(items)))  # dict.copy makes a plain dict, even of a subclass
+    if target.kind != "userobj":
+        return Var("dict", target.value, box=DictBox(dict(items)))
+    made = call(frame, frame.state.wrap(target.value, None), [], {})
+    for key in list(items):
+        value = call_slot(frame, target, "__getitem__", [key_var(key)])
+        call_slot(frame, made, "__setitem__", [key_var(key), value])
+    return made
 
 
 @caller("container_method")

@@ -10,7 +10,6 @@ which also serve dict subclasses read from the frame (with a source) and plain d
 
 from __future__ import annotations
 
-import abc
 import collections
 import dataclasses
 import types
@@ -31,6 +30,8 @@ __all__ = [
 ]  # fmt: skip
 
 _DICT_BASES = (collections.OrderedDict, dict)
+_TYPE_CALL = vars(type)["__call__"]
+_DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
 
 
 def dict_base(cls: type) -> type | None:
@@ -51,9 +52,11 @@ def class_attr(cls: type, name: str) -> Any:
 
 def constructible(cls: type) -> bool:
     """True when instances of ``cls`` can be modelled as a userobj: default allocation, no attribute-read hooks."""
-    # ABCMeta only adds the abstract-method check at instantiation; classes with abstract
-    # methods left raise TypeError in eager and are refused here.
-    if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None):
+    # Instances are made by the metaclass's __call__: type's runs __new__ then __init__, which
+    # the model below traces. A metaclass that keeps it (ABCMeta; transformers' ModelOutput
+    # metaclass, which only hooks class-level stores) changes nothing about instances. Classes
+    # with abstract methods left raise TypeError in eager and are refused here.
+    if class_attr(type(cls), "__call__") is not _TYPE_CALL or getattr(cls, "__abstractmethods__", None):
         return False
     # torch's own classes (modules, distributions, hooks) keep state the model below does not
     # know; its dataclasses (option records such as LinearCrossEntropyOptions) are plain data.
@@ -63,7 +66,9 @@ def constructible(cls: type) -> bool:
     if not (new is object.__new__ or (new is dict.__new__ and dict_base(cls) is not None)):
         return False
     init = getattr(cls, "__init__", None)
-    if not (isinstance(init, types.FunctionType) or (init is object.__init__ and new is object.__new__)):
+    # dict's and OrderedDict's own __init__ (a subclass that adds only methods) have rules.
+    c_init = init in _DICT_INITS and id(init) in BUILTINS and dict_base(cls) is not None
+    if not (isinstance(init, types.FunctionType) or c_init or (init is object.__init__ and new is object.__new__)):
         return False
     setter = getattr(cls, "__setattr__", None)
     getter = getattr(cls, "__getattribute__", None)
@@ -94,7 +99,10 @@ def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) 
         if args or kwargs:
             raise Unsupported(f"{cls.__name__}() takes no arguments (TypeError in eager)")
         return obj
-    result = inline_function(frame, init, None, [obj, *args], kwargs)
+    if isinstance(init, types.FunctionType):
+        result = inline_function(frame, init, None, [obj, *args], kwargs)
+    else:
+        result = BUILTINS[id(init)](frame, const(init), [obj, *args], kwargs)
     if not (result.kind == "const" and result.value is None):
         raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
     return obj
@@ -266,20 +274,27 @@ def _dict_len(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) ->
     return const(len(dict_storage(frame, args[0])[0].items))
 
 
-@_rule("keys", "__iter__")
-def _dict_keys(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+@_rule("__iter__")
+def _dict_iter(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     return Var("iter", box=IterBox([key_var(k) for k in dict_storage(frame, args[0])[0].items]))
+
+
+# The views are read as tuples of what they show now, as a plain dict's are (containers.py):
+# iterable more than once, with ``in`` and ``len``.
+@_rule("keys")
+def _dict_keys(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    return Var("tuple", tuple, items=tuple(key_var(k) for k in dict_storage(frame, args[0])[0].items))
 
 
 @_rule("values")
 def _dict_values(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("iter", box=IterBox(list(dict_storage(frame, args[0])[0].items.values())))
+    return Var("tuple", tuple, items=tuple(dict_storage(frame, args[0])[0].items.values()))
 
 
 @_rule("items")
 def _dict_items(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     items = dict_storage(frame, args[0])[0].items
-    return Var("iter", box=IterBox([Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()]))
+    return Var("tuple", tuple, items=tuple(Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()))
 
 
 def _mutable(frame: Frame, args: list[Var]) -> tuple[DictBox, Any]:

@@ -405,6 +405,11 @@ def _store_slice(frame: Frame, inst: dis.Instruction) -> None:
 def _delete_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index = frame.pop()
     obj = frame.pop()
+    if obj.kind == "userobj":
+        from ptc_capture.interpreter.objects import call_slot
+
+        call_slot(frame, obj, "__delitem__", [index])
+        return
     if obj.kind not in ("list", "dict"):
         raise Unsupported(f"item deletion on a {obj.kind} is not supported")
     key = as_const(index, "an index")
