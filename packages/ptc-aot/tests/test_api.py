@@ -207,3 +207,34 @@ def test_guarded_calls_pick_programs_by_grad_mode_and_storage_offset_without_the
     out = compiled(base[:4], w)
     out.sum().backward()
     assert_same(w.grad, torch.autograd.grad(fn(base[:4], w).sum(), w)[0])
+
+
+def test_training_graphs_say_how_many_values_cross_from_forward_to_backward() -> None:
+    from ptc_aot.api import SAVED_INPUTS_KEY, SAVED_OUTPUTS_KEY
+
+    seen: dict[str, torch.fx.GraphModule] = {}
+
+    def keep(kind: str) -> Any:
+        def compiler(gm: torch.fx.GraphModule) -> Any:
+            seen[kind] = gm
+            return gm
+
+        return compiler
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = (x @ w).tanh()
+        return h.sum(), h * 2
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    compiled = aot(fn, [x, w], fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    out = compiled(x, w)
+    out[0].backward()
+    forward, backward = seen["forward"], seen["backward"]
+    saved = forward.meta[SAVED_OUTPUTS_KEY]
+    outputs = next(n for n in forward.graph.nodes if n.op == "output").args[0]
+    assert saved >= 1 and len(outputs) == 2 + saved
+    assert backward.meta[SAVED_INPUTS_KEY] == saved
+    placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == saved + 2  # then one tangent per output
+    expected = torch.autograd.grad(fn(x, w)[0], w)[0]
+    assert_same(w.grad, expected)

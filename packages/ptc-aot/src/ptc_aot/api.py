@@ -96,6 +96,13 @@ def read_program(directory: str) -> ProgramParts:
 
 def _compile(parts: ProgramParts, fw_compiler: Compiler, bw_compiler: Compiler, config: Config) -> CompiledProgram:
     """Hand the graphs to the compilers and wrap the results with the plan."""
+    if parts.backward is not None:
+        # The forward's last outputs are the values saved for the backward, its first inputs: no
+        # user sees them, so a compiler may pick their layout (the same on both sides).
+        out = next(n for n in reversed(parts.forward.graph.nodes) if n.op == "output")
+        saved = len(out.args[0]) - parts.num_outputs - len(parts.mutated_inputs)
+        parts.forward.meta[SAVED_OUTPUTS_KEY] = saved
+        parts.backward.meta[SAVED_INPUTS_KEY] = saved
     forward = fw_compiler(_boundary(config, parts.forward))
     if parts.backward is None:
         return CompiledProgram(
@@ -162,6 +169,12 @@ def _layout_of(value: Any) -> Any:
         return (value.shape, value.stride(), value.dtype, value.device, value.requires_grad, value.storage_offset())
     return (type(value), value)  # 1, 1.0 and True are equal keys but bake in different programs
 
+
+SAVED_OUTPUTS_KEY = "ptc_saved_outputs"
+"""``GraphModule.meta`` key of a training program's forward graph: how many of its last outputs
+are values saved for the backward (ptc-inductor stores 4-D activations among them channels-last)."""
+SAVED_INPUTS_KEY = "ptc_saved_inputs"
+"""``GraphModule.meta`` key of the backward graph: how many of its first inputs are those values."""
 
 # How many input layouts an AotFunction remembers before starting over: a symbolic program
 # called with ever new sizes would otherwise grow the table without bound.

@@ -18,6 +18,11 @@ BACKENDS = ("auto", "cpp", "triton")
 AUTOTUNE_MODES = ("none", "default", "max-autotune")
 """How widely Triton launch configurations are searched at first call."""
 
+LAYOUT_OPT_MODES = ("auto", "on", "off")
+"""Channels-last activations in convolution graphs (``lowering/layout.py``): ``auto`` decides per
+graph (CUDA graphs whose convolutions matter), ``on`` forces it wherever a graph has an eligible
+convolution (CPU included), ``off`` keeps eager's strides everywhere."""
+
 
 def _default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
@@ -45,12 +50,15 @@ class Config:
     recycle_outputs: bool = True
     backend: str = "auto"
     triton_autotune: str = "default"
+    layout_opt: str = "auto"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.triton_autotune not in AUTOTUNE_MODES:
             raise ValueError(f"triton_autotune {self.triton_autotune!r} is not one of {', '.join(AUTOTUNE_MODES)}")
+        if self.layout_opt not in LAYOUT_OPT_MODES:
+            raise ValueError(f"layout_opt {self.layout_opt!r} is not one of {', '.join(LAYOUT_OPT_MODES)}")
 
     def replace(self, **changes: object) -> Config:
         """Return a copy with some fields changed."""
@@ -87,5 +95,7 @@ def config_from_env(env: Mapping[str, str] | None = None, **overrides: object) -
         fields["backend"] = source["PTC_INDUCTOR_BACKEND"]
     if "PTC_INDUCTOR_TRITON_AUTOTUNE" in source:
         fields["triton_autotune"] = source["PTC_INDUCTOR_TRITON_AUTOTUNE"]
+    if "PTC_INDUCTOR_LAYOUT_OPT" in source:
+        fields["layout_opt"] = source["PTC_INDUCTOR_LAYOUT_OPT"]
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return Config(**fields)  # type: ignore[arg-type]

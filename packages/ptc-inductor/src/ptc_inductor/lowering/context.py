@@ -121,6 +121,12 @@ class LoweringContext:
     storage_offsets: dict[str, Size] = field(default_factory=dict)
     # Every kernel will be Triton (the backend is forced), not only those over CUDA tensors.
     triton: bool = False
+    # The graph stores activations channels-last (lowering/layout.py): a value is computed in the
+    # memory order of its buffer, and reductions read channels-last values in memory order.
+    channels_last: bool = False
+    # Strides the node being lowered wants for its reduction result (a channels-last pooling).
+    reduction_stride: tuple[Size, ...] | None = None
+    _copies: dict[tuple[BufferArg, tuple[Size, ...]], BufferArg] = field(default_factory=dict)
     _lazy: list[LazyValue] = field(default_factory=list)
     _key_of: dict[int, int] = field(default_factory=dict)
     _readers: list[Reader] = field(default_factory=list)
@@ -283,7 +289,7 @@ class LoweringContext:
             layout = self._layout_for(value, stride)
         name = self.new_name()
         buf = self.add_buffer(name, layout, "computed")
-        ranges, kept = squeeze_ranges(value.size)
+        ranges, kept = stride_ordered(value.size, layout.stride) if self.channels_last else squeeze_ranges(value.size)
         ndim = value.ndim
         loader = record.compute
 
@@ -300,6 +306,37 @@ class LoweringContext:
         self._costs.clear()
         self._realized_keys.append(key)
         return record.realized
+
+    def as_strided_arg(self, value: TensorValue, stride: Sequence[Size], exact: bool = False) -> BufferArg:
+        """A BufferArg of ``value`` laid out as ``stride`` (a dense layout), copying a value stored in
+        another memory order (once per buffer and layout); with ``exact`` the strides of size-1
+        dims match too (a graph output's must be eager's)."""
+        real = self.realize(value, stride)
+        arg = real.view
+        assert arg is not None
+        if _same_strides(arg, stride, False):
+            # The same memory order: ``exact`` strides of size-1 dims are relabelled by a view.
+            return BufferArg(arg.buffer, arg.size, tuple(stride), arg.offset) if exact and not _same_strides(arg, stride, True) else arg
+        key = (arg, tuple(stride))
+        found = self._copies.get(key)
+        if found is None:
+            copy = self.lazy(TensorValue(value.dtype, value.device, value.size, real.loader), [real], 0)
+            found = self.realize(copy, stride, exact=True).view
+            assert found is not None
+            self._copies[key] = found
+        return found
+
+    def strides_of(self, value: TensorValue) -> tuple[Size, ...] | None:
+        """The strides ``value`` is (or will be, once realized as a graph node's value) stored with; None if unknown."""
+        if value.view is not None:
+            return value.view.stride
+        key = self._key_of.get(id(value))
+        if key is None:
+            return None
+        record = self._lazy[key]
+        if record.realized is not None:
+            return None if record.realized.view is None else record.realized.view.stride
+        return record.stride if record.candidate else None
 
     def _layout_for(self, value: TensorValue, stride: Sequence[Size] | None) -> Layout:
         if stride is not None and len(stride) == value.ndim and is_dense(value.size, stride):
@@ -427,16 +464,24 @@ class LoweringContext:
         """Add a reduction of ``inner`` (over ``size``) across ``reduced`` dims; the result has ``out_size``.
 
         ``source`` is the lazy value ``inner`` reads, if any, so its evaluations are counted."""
-        ranges = tuple(size[d] for d in kept_dims if size[d] != 1)
         kept_loop = [d for d in kept_dims if size[d] != 1]
         rdims = [d for d in reduced if size[d] != 1]
         rranges = tuple(size[d] for d in rdims)
         out_sz = tuple(sizes.normalize(s) for s in out_size)
         layout = flexible_layout(out_dtype, device, out_sz)
+        out_strides = contiguous_strides(tuple(size[d] for d in kept_loop))
+        want = self.reduction_stride
+        out_dims = [i for i, s in enumerate(out_sz) if s != 1]
+        if want is not None and len(want) == len(out_sz) and len(out_dims) == len(kept_loop) and is_dense(out_sz, want):
+            # Stored in the wanted layout, its loops run in that memory order (outermost first).
+            layout = Layout(out_dtype, device, out_sz, tuple(want), 0, False)
+            order = sorted(range(len(kept_loop)), key=lambda j: -sizes.hint(want[out_dims[j]]))
+            kept_loop = [kept_loop[j] for j in order]
+            out_strides = tuple(want[out_dims[j]] for j in order)
+        ranges = tuple(size[d] for d in kept_loop)
         name = self.new_name()
         buf = self.add_buffer(name, layout, "computed")
         nd = len(size)
-        out_strides = contiguous_strides(ranges)
 
         def body(xs: Sequence[Expr], rs: Sequence[Expr]) -> None:
             idx: list[Expr] = [sympy.Integer(0)] * nd
@@ -550,6 +595,18 @@ class LoweringContext:
         self._costs.clear()
         self._realized_keys.append(self._key_of[id(value)])
         return view
+
+
+def stride_ordered(size: Sequence[Size], stride: Sequence[Size]) -> tuple[tuple[Size, ...], list[int]]:
+    """Like ``squeeze_ranges``, with the dims ordered by decreasing stride (ties keep their order):
+    loops in this order visit a dense layout's elements in memory order."""
+    _, kept = squeeze_ranges(size)
+    kept.sort(key=lambda d: -sizes.hint(stride[d]))
+    return tuple(size[d] for d in kept), kept
+
+
+def _same_strides(arg: BufferArg, stride: Sequence[Size], exact: bool) -> bool:
+    return all((not exact and n == 1) or sizes.equal(a, b) for n, a, b in zip(arg.size, arg.stride, stride))
 
 
 def padded_strides(size: Sequence[Size], align: int) -> tuple[Size, ...]:

@@ -17,13 +17,14 @@ from .registry import mark_extern, register_lowering
 aten = torch.ops.aten
 
 
-def _args(ctx: LoweringContext, a: Any) -> Any:
+def extern_args(ctx: LoweringContext, a: Any) -> Any:
+    """``a`` with every TensorValue (in lists and tuples too) realized as a BufferArg."""
     if isinstance(a, TensorValue):
         return ctx.as_arg(a)
     if isinstance(a, list):
-        return [_args(ctx, x) for x in a]
+        return [extern_args(ctx, x) for x in a]
     if isinstance(a, tuple):
-        return tuple(_args(ctx, x) for x in a)
+        return tuple(extern_args(ctx, x) for x in a)
     return a
 
 
@@ -45,9 +46,9 @@ def extern_lowering(op: Any) -> Callable[..., Any]:
 
     def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
         lowered = tuple(
-            ctx.as_aligned_arg(a, _BIAS_ALIGNMENT) if i == aligned and isinstance(a, TensorValue) else _args(ctx, a) for i, a in enumerate(args)
+            ctx.as_aligned_arg(a, _BIAS_ALIGNMENT) if i == aligned and isinstance(a, TensorValue) else extern_args(ctx, a) for i, a in enumerate(args)
         )
-        return ctx.add_extern(op, lowered, {k: _args(ctx, v) for k, v in kwargs.items()}, ctx.meta)
+        return ctx.add_extern(op, lowered, {k: extern_args(ctx, v) for k, v in kwargs.items()}, ctx.meta)
 
     return lower
 

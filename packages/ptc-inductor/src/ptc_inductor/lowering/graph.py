@@ -18,8 +18,9 @@ from ..config import Config
 from ..errors import LoweringError, UnsupportedOpError
 from ..ir import Buffer, BufferArg, FloatSize, Layout, Node, TensorValue
 from ..sizes import Size, SizeEnv
-from .context import LoweringContext
+from .context import LoweringContext, is_dense
 from .fallback import computes_on_complex, lower_fallback, op_name
+from .layout import LayoutPlan, channels_last_strides, cross_channels_last, lower_convolution, plan_layout
 from .registry import LOWERINGS
 
 META_KEY = "ptc_meta"
@@ -113,7 +114,8 @@ def lower_graph(gm: torch.fx.GraphModule, config: Config) -> LoweredGraph:
 
 
 def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> LoweredGraph:
-    ctx = LoweringContext(triton=config.backend == "triton")
+    plan = plan_layout(gm, config)
+    ctx = LoweringContext(triton=config.backend == "triton", channels_last=plan.enabled)
     input_metas: list[Any] = []
     values: dict[torch.fx.Node, Any] = {}
     inputs: list[str] = []
@@ -141,7 +143,9 @@ def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> Lowe
                 inputs.append("")
                 continue
             _check_symbols(env, f"input '{node.name}'", [*meta.shape, *meta.stride, meta.storage_offset])
-            layout = Layout(meta.dtype, meta.device, tuple(meta.shape), tuple(meta.stride), 0, False)
+            # A saved value the forward stored channels-last arrives so (layout.py).
+            stride = channels_last_strides(meta.shape) if node.name in plan.channels_last else tuple(meta.stride)
+            layout = Layout(meta.dtype, meta.device, tuple(meta.shape), stride, 0, False)
             buf = ctx.add_buffer(f"arg{len(inputs)}", layout, "input")
             ctx.storage_offsets[buf.name] = meta.storage_offset
             inputs.append(buf.name)
@@ -159,14 +163,15 @@ def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> Lowe
             values[node] = _lower_fallback(ctx, node, fetch)
             fallbacks.append(op_name(node.target))
         elif node.op == "call_function":
-            values[node] = _lower_call(ctx, node, fetch, config)
+            values[node] = _lower_call(ctx, node, fetch, config, plan)
         elif node.op == "output":
             result = node.args[0]
             output_is_tuple = isinstance(result, (tuple, list))
             items = result if output_is_tuple else [result]
-            for item in items:
+            first_saved = len(items) - plan.saved_outputs
+            for i, item in enumerate(items):
                 ctx.origin = item.name if isinstance(item, torch.fx.Node) else "output"
-                outputs.append(_lower_output(ctx, item, values))
+                outputs.append(_lower_output(ctx, item, values, i >= first_saved))
         else:
             raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
     ctx.realize_recomputed(config.inline_max_ops // 4)
@@ -195,18 +200,22 @@ def _lower_fallback(ctx: LoweringContext, node: torch.fx.Node, fetch: Any) -> An
         raise LoweringError(f"lowering fallback node '{node.name}' ({op_name(target)}) failed: {exc}") from exc
 
 
-def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: Config) -> Any:
+def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: Config, plan: LayoutPlan) -> Any:
     target = node.target
     meta = _simplified(node.meta.get(META_KEY))
     if target in SIZE_OPS and isinstance(meta, (int, sympy.Expr)) and not isinstance(meta, bool):
         return _size_value(target, meta, fetch(node.args))
+    # A value computed from channels-last ones is stored channels-last, not in eager's layout.
+    stride = channels_last_strides(meta.shape) if node.name in plan.channels_last else _meta_stride(meta)
     if target is operator.getitem:
         base, idx = node.args
         item = fetch(base)[idx]
         if isinstance(item, TensorValue) and item.view is None:
-            ctx.define(item, _meta_stride(meta))
+            ctx.define(item, stride)
         return item
     fn = LOWERINGS.get(target)
+    if node.name in plan.convs:
+        fn = _channels_last_conv(target)
     if fn is None:
         if target in SIZE_OPS and meta is None and callable(target):
             return target(*fetch(node.args))
@@ -215,6 +224,7 @@ def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: C
             "marked as a fallback: run ptc_decomp.decompose(gm) first"
         )
     ctx.meta = meta
+    ctx.reduction_stride = stride if node.name in plan.channels_last else None
     try:
         value = fn(ctx, *fetch(node.args), **{k: fetch(v) for k, v in node.kwargs.items()})
     except LoweringError:
@@ -223,8 +233,9 @@ def _lower_call(ctx: LoweringContext, node: torch.fx.Node, fetch: Any, config: C
         raise LoweringError(f"node '{node.name}' ({_op_name(target)}) uses a form ptc-inductor does not support: {exc}") from exc
     except Exception as exc:
         raise LoweringError(f"lowering node '{node.name}' ({_op_name(target)}) failed: {exc}") from exc
+    finally:
+        ctx.reduction_stride = None
     if isinstance(value, TensorValue) and value.view is None:
-        stride = _meta_stride(meta)
         ctx.define(value, stride)
         # Past this size an expression is not worth inlining even once; whether a cheaper value
         # is recomputed in each reader is decided when all readers are known.
@@ -241,15 +252,30 @@ def _size_value(target: Any, meta: Size, args: Any) -> Any:
     return FloatSize(sympy.sympify(meta)) if floats else meta
 
 
-def _lower_output(ctx: LoweringContext, item: Any, env: dict[torch.fx.Node, Any]) -> GraphOutput:
+def _lower_output(ctx: LoweringContext, item: Any, env: dict[torch.fx.Node, Any], saved: bool) -> GraphOutput:
     if not isinstance(item, torch.fx.Node):
         return GraphOutput(None, item)
     value = env[item]
     if not isinstance(value, TensorValue):
         return GraphOutput(None, value)
-    real = ctx.realize(value, _meta_stride(item.meta.get(META_KEY)))
+    meta = item.meta.get(META_KEY)
+    stride = _meta_stride(meta)
+    if ctx.channels_last:
+        # Outputs the user sees keep eager's strides exactly, even where the value was stored
+        # channels-last; a saved value crosses to the backward channels-last (layout.py).
+        want = channels_last_strides(value.size) if saved and cross_channels_last(meta) else stride
+        if want is not None and len(want) == value.ndim and is_dense(value.size, want):
+            return GraphOutput(ctx.as_strided_arg(value, want, exact=True))
+    real = ctx.realize(value, stride)
     assert real.view is not None
     return GraphOutput(real.view)
+
+
+def _channels_last_conv(op: Any) -> Any:
+    def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
+        return lower_convolution(ctx, op, args, kwargs)
+
+    return lower
 
 
 def _meta_stride(meta: Any) -> tuple[Size, ...] | None:

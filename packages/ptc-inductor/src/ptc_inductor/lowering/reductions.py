@@ -10,7 +10,7 @@ import torch
 
 from ..indexing import Expr
 from ..ir import SPLITTABLE_REDUCTIONS, TensorValue
-from ..sizes import Size, normalize, static_value
+from ..sizes import Size, hint, normalize, static_value
 from ..virtualized import ops
 from .context import LoweringContext
 from .pointwise import compute_dtype
@@ -76,6 +76,7 @@ def split_factor(size: Sequence[Size], kept: Sequence[int], rdims: Sequence[int]
 def _split_reduce(
     ctx: LoweringContext,
     x: TensorValue,
+    size: Sequence[Size],
     kept: list[int],
     rdims: list[int],
     inner: Any,
@@ -86,10 +87,10 @@ def _split_reduce(
 ) -> TensorValue:
     """The reduction as ``factor`` partial results per output (first reduced dim cut into equal
     chunks), then a reduction of the partials."""
-    d = next(r for r in rdims if x.size[r] != 1)
-    chunk = int(x.size[d]) // factor
+    d = next(r for r in rdims if size[r] != 1)
+    chunk = int(size[d]) // factor
     # The input seen with dim d split into (factor, chunk): later dims move up by one.
-    size = [*x.size[:d], factor, chunk, *x.size[d + 1 :]]
+    split = [*size[:d], factor, chunk, *size[d + 1 :]]
     shift = [k if k < d else k + 1 for k in kept]
     kept_split = sorted([*shift, d])
     reduced_split = sorted([r if r < d else r + 1 for r in rdims if r != d] + [d + 1])
@@ -97,9 +98,9 @@ def _split_reduce(
     def chunked(idx: list[Expr]) -> Any:
         return inner([*idx[:d], idx[d] * chunk + idx[d + 1], *idx[d + 2 :]])
 
-    partial_size = tuple(normalize(size[k]) for k in kept_split)
+    partial_size = tuple(normalize(split[k]) for k in kept_split)
     partial = ctx.add_reduction(
-        size, kept_split, reduced_split, chunked, reduction_type, acc_dtype, src_dtype, x.device, partial_size, acc_dtype, source=x
+        split, kept_split, reduced_split, chunked, reduction_type, acc_dtype, src_dtype, x.device, partial_size, acc_dtype, source=x
     )
     at = kept_split.index(d)
     rest = [i for i in range(len(partial_size)) if i != at]
@@ -123,19 +124,54 @@ def reduce(
     kept = [d for d in range(x.ndim) if d not in rdims]
     loader = x.loader
     xdtype = x.dtype
+    size: Sequence[Size] = x.size
+    order = _memory_order(ctx, x, kept) if reduction_type in MEMORY_ORDER_REDUCTIONS else None
+    if order is not None:
+        # Seen in memory order, a batch norm's sum over (N, H, W) of a channels-last value is a
+        # column sum (channels innermost), which the GPU path splits over enough programs.
+        size = [x.size[d] for d in order]
+        kept = [order.index(d) for d in kept]
+        rdims = sorted(order.index(d) for d in rdims)
+        logical = [order.index(d) for d in range(x.ndim)]
+
+        def load(idx: Sequence[Expr]) -> Any:
+            return x.loader([idx[p] for p in logical])
+
+        loader = load
 
     def inner(idx: list[Expr]) -> Any:
         v = loader(idx)
         return ops.to_dtype(v, src_dtype) if xdtype != src_dtype else v
 
     if x.device.type == "cuda" or ctx.triton:
-        factor = split_factor(x.size, kept, rdims, reduction_type)
+        factor = split_factor(size, kept, rdims, reduction_type)
         if factor > 1:
-            return _split_reduce(ctx, x, kept, rdims, inner, factor, reduction_type, acc_dtype, src_dtype)
+            return _split_reduce(ctx, x, size, kept, rdims, inner, factor, reduction_type, acc_dtype, src_dtype)
     out_size = tuple(normalize(s) for s in ctx.meta.shape)
     return ctx.add_reduction(
-        x.size, kept, rdims, inner, reduction_type, acc_dtype, src_dtype, x.device, out_size, ctx.meta.dtype, source=x
+        size, kept, rdims, inner, reduction_type, acc_dtype, src_dtype, x.device, out_size, ctx.meta.dtype, source=x
     )
+
+
+MEMORY_ORDER_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all")
+"""Reductions whose result does not depend on the order points are visited (argmax's ties do)."""
+
+
+def _memory_order(ctx: LoweringContext, x: TensorValue, kept: Sequence[int]) -> list[int] | None:
+    """The dims of ``x`` by decreasing stride when the graph runs channels-last and ``x`` is stored
+    in another order than row-major, and the kept dims keep their relative order (the result is
+    stored in it); otherwise None."""
+    if not ctx.channels_last:
+        return None
+    stride = ctx.strides_of(x)
+    if stride is None or len(stride) != x.ndim:
+        return None
+    # Size-1 dims (any stride) go first: no loop runs over them.
+    order = sorted(range(x.ndim), key=lambda d: (x.size[d] != 1, -hint(stride[d])))
+    moved = [d for d in order if d in kept and x.size[d] != 1]
+    if order == list(range(x.ndim)) or moved != sorted(moved):
+        return None
+    return order
 
 
 def _sum_acc(out: torch.dtype) -> torch.dtype:
