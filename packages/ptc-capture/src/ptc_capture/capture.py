@@ -216,7 +216,7 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
     for var in values:
         if var.kind == "tensor":
             found.setdefault(var.node, var)
-        elif var.kind == "tuple" or var.kind in ("method", "tensor_method", "container_method", "partial"):
+        elif var.kind == "tuple" or var.kind in ("method", "tensor_method", "container_method", "partial", "view"):
             _tensors_in(list(var.items), found)
         elif var.kind == "deferred":
             # The call runs after the graph on its tensor arguments: they are graph outputs.
@@ -226,7 +226,8 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
         elif var.kind == "dict":
             _tensors_in(list(var.box.items.values()), found)
         elif var.kind == "iter":
-            _tensors_in(var.box.pending(), found)
+            # A dict view's iterator reads its values through the view (``over``).
+            _tensors_in(var.box.pending() + ([var.box.over] if var.box.over is not None else []), found)
         elif var.kind == "userobj":
             _tensors_in(list(var.box.attrs.values()), found)
             if var.box.items is not None:

@@ -30,7 +30,7 @@ _log = channel("guards")
 @dataclass(frozen=True, slots=True)
 class Source:
     """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/raw_item/listed/
-    values/raw_values/reduce.
+    values/raw_values/reduce/referents.
 
     ``raw_attr`` reads ``object.__getattribute__(base, name)``, past any custom __getattribute__;
     ``raw_item`` reads ``dict.__getitem__(base, key)``, past a dict subclass's own ``__getitem__``;
@@ -41,6 +41,8 @@ class Source:
 
     ``reduce`` reads ``base.__reduce__()``: how a list/tuple/range iterator passed to a resume
     function exposes its sequence and position without being advanced.
+    ``referents`` lists what ``base`` holds (``gc.get_referents``): a dict view or a running dict
+    iterator holds its dict first, and keeps no other reference to it.
     """
 
     kind: str
@@ -110,6 +112,7 @@ _DERIVED = {
     "raw_values": "list(dict.values({base}))",
     "item": "{base}[{name}]",
     "reduce": "{base}.__reduce__()",
+    "referents": "__import__('gc').get_referents({base})",
 }
 
 

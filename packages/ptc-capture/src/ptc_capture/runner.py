@@ -29,6 +29,7 @@ from ptc_capture.guards import source_expr
 from ptc_capture.interpreter.classes import made_in_trace
 from ptc_capture.interpreter.objects import is_slot
 from ptc_capture.interpreter.state import Unsupported
+from ptc_capture.interpreter.views import is_view_iterator, view_unchanged
 from ptc_capture.logs import channel
 from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
 from ptc_capture.side_effects import Effect
@@ -45,6 +46,13 @@ def _list_iterator(items: list[Any], position: int) -> Any:
     found = iter(items)
     found.__setstate__(position)  # type: ignore[attr-defined]
     return found
+
+
+def _advanced(iterator: Any, count: int) -> Any:
+    """``iterator`` after ``count`` items were taken from it (a dict's iterator cannot be positioned)."""
+    for _ in range(count):
+        next(iterator)
+    return iterator
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +130,8 @@ class RunnerSource:
             return f"{self.k(var.value)}(({inner}))"
         if kind in ("list", "dict", "iter", "userobj"):
             return self._box(var)
+        if kind == "view":
+            return self._view(var)
         if kind in ("function", "callable", "module", "object"):
             if var.source is not None:
                 return self.memo.get(id(var)) or source_expr(var.source, self.params)
@@ -146,6 +156,17 @@ class RunnerSource:
         if kind == "ctx_exit":
             return f"{self.k(GradModeExit)}({bool(var.value)})"
         raise Unsupported(f"a {kind} value cannot be rebuilt after the graph")
+
+    def _view(self, var: Var) -> str:
+        # A real view of the real dict, made once (returned twice, it is one object as in eager).
+        found = self.memo.get(id(var))
+        if found is None:
+            if var.source is not None:
+                found = self.temp(source_expr(var.source, self.params))
+            else:
+                found = self.temp(f"{self.k(var.value)}({self.expr(var.items[0])})")
+            self.memo[id(var)] = found
+        return found
 
     def _size(self, value: Any) -> str:
         # A size computed from dynamic input sizes: recomputed from the inputs' actual sizes.
@@ -220,6 +241,8 @@ class RunnerSource:
     def _iterator(self, box: IterBox) -> str:
         # The same items in the same order, read as lazily as the traced iterator would have:
         # a list's iterator reads the list from its position on, a chain's inputs stay unread.
+        if is_view_iterator(box):
+            return self._view_iterator(box)
         if box.step is not None:
             raise Unsupported("a lazy iterator (map, zip, itertools) made in the trace cannot be rebuilt after the graph")
         parts = [] if box.inner is None else [self.expr(box.inner)]
@@ -230,6 +253,15 @@ class RunnerSource:
         if box.outer is not None:
             parts.append(f"{self.k(itertools.chain.from_iterable)}({self.expr(box.outer)})")
         return parts[0] if len(parts) == 1 else f"{self.k(itertools.chain)}({', '.join(parts)})"
+
+    def _view_iterator(self, box: IterBox) -> str:
+        # A fresh iterator over the real view, advanced past what the trace took; only sound
+        # while the dict holds the keys the iterator started with (else eager's next raises).
+        assert box.over is not None
+        if not view_unchanged(box):
+            raise Unsupported("an iterator over a dict that changed during iteration cannot be rebuilt after the graph")
+        start = "reversed" if box.reverse else "iter"
+        return f"{self.k(_advanced)}({start}({self.expr(box.over)}), {box.pos})"
 
     def _function(self, var: Var) -> str:
         # A function made inside the trace is rebuilt with fresh cells holding the traced
@@ -310,7 +342,7 @@ class RunnerSource:
 def _parts(var: Var) -> list[Var]:
     """The Vars inside ``var`` (items, contents, attributes, arguments) that the runner may rebuild."""
     kind, box = var.kind, var.box
-    if kind in ("tuple", "method", "partial", "slice", "tensor_method", "container_method"):
+    if kind in ("tuple", "method", "partial", "slice", "tensor_method", "container_method", "view"):
         return list(var.items)
     if kind == "list":
         return list(box.items)

@@ -13,12 +13,15 @@ an ObjBox; see interpreter/objects.py), ``sym`` (a size computed from dynamic in
 ``value`` is a torch.SymInt, SymFloat or SymBool; see symbolic_sizes.py), ``slice`` (a slice
 with a symbolic bound: ``items`` are start, stop and step), ``partial`` (a functools.partial
 made in the trace over values without a Python value: ``items`` are the function, the tuple of
-bound arguments and the dict of bound keywords).
+bound arguments and the dict of bound keywords), ``view`` (a dict view: ``value`` is the method
+that made it, ``dict.keys`` or ``OrderedDict.items``..., ``items[0]`` the dict; see
+interpreter/views.py).
 """
 
 from __future__ import annotations
 
 import collections
+import gc
 import math
 import types
 from collections.abc import Callable
@@ -78,6 +81,9 @@ class IterBox:
     step: Callable[[Any], Var | None] | None = None
     """Makes the next item on demand (given the Frame), None at the end: lazy iterators such as
     map(), zip() and itertools.count(); read before everything else."""
+    reverse: bool = False
+    """For the iterator of a dict view (``over`` is a ``view`` Var, ``items`` the keys it walks):
+    whether it is ``reversed(view)``'s."""
 
     def pending(self) -> list[Var]:
         """The Vars this iterator may still produce or read (for liveness and rebuilding)."""
@@ -164,6 +170,19 @@ def python_value(var: Var) -> Any:
     if kind == "dict":
         entries = {k: python_value(v) for k, v in var.box.items.items()}
         return var.value(entries) if isinstance(var.value, type) else entries
+    if kind == "view":
+        # A view over a copy of what the dict holds now: set operations, ``==`` and ``len``
+        # read it at once, and nothing keeps it (the view itself is rebuilt from the real dict).
+        target = var.items[0]
+        if var.value.__name__ == "keys" and target.kind in ("dict", "userobj"):
+            # The keys alone are constants, whatever the values hold.
+            storage = target.box.items if target.kind == "dict" else target.box.items.items
+            mapping = var.value.__objclass__.fromkeys(storage)
+        elif target.kind == "userobj" and target.box.items is not None:
+            mapping = var.value.__objclass__({k: python_value(v) for k, v in target.box.items.items.items()})
+        else:
+            mapping = python_value(target)
+        return var.value(mapping)
     raise TypeError(f"a {kind} value has no Python value at trace time")
 
 
@@ -215,6 +234,22 @@ def _wrap_comprehension_iterator(state: CaptureState, value: Any, source: Source
     state.guards.add(Guard("len", reduce_source, (tuple, len(reduced))))
     items = state.wrap(reduced[1][0], reduce_source.item(1).item(0))
     return Var("iter", box=IterBox(list(items.box.items)))
+
+
+_DICT_VIEWS: dict[type, Any] = {
+    type(getattr(base(), name)()): vars(base)[name]
+    for base in (dict, collections.OrderedDict)
+    for name in ("keys", "values", "items")
+}
+"""The view types of dict and OrderedDict, each with the method that makes it."""
+
+
+def _wrap_view(state: CaptureState, value: Any, source: Source) -> Var:
+    # A view passed in (a resume function's local): modelled over its dict, read through its
+    # referents, so that the trace's changes to that dict show in the view as in eager.
+    state.guards.add(Guard("type", source, type(value)))
+    target = state.wrap(gc.get_referents(value)[0], Source("referents", None, source).item(0))
+    return Var("view", _DICT_VIEWS[type(value)], items=(target,), source=source)
 
 
 def _wrap_autocast(state: CaptureState, value: Any, source: Source | None) -> Var:
@@ -304,6 +339,8 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
         )
         # An OrderedDict keeps its class in ``value`` (type(), move_to_end, its rebuild).
         return state.remember_box(value, Var("dict", None if ty is dict else ty, box=dbox, source=source))
+    if ty in _DICT_VIEWS and source is not None:
+        return _wrap_view(state, value, source)
     if type(value).__name__ == "GradModeExit" and type(value).__module__ == "ptc_capture.resume":
         if source is not None:
             guards.add(Guard("type", source, ty))
@@ -315,6 +352,12 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
         return _wrap_iterator(state, value, source)
     if ty in _DICT_ITERATORS and source is not None and source.kind == "local" and source.name == ".0":
         return _wrap_comprehension_iterator(state, value, source)
+    if ty in _DICT_ITERATORS and source is not None:
+        from ptc_capture.interpreter.views import resumed_iterator
+
+        found = resumed_iterator(state, value, source)
+        if found is not None:
+            return found
     if isinstance(value, torch.nn.Module):
         if source is not None:
             guards.add(Guard("id", source, value))

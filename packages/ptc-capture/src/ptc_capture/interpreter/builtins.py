@@ -21,6 +21,7 @@ from ptc_capture.interpreter.containers import dict_items, sort_vars
 from ptc_capture.interpreter.ops import binary, compare, contains, fold, getitem, unary
 from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, get_iter, iter_next, sequence_items, truth
+from ptc_capture.interpreter.views import keys_view, view_iter, view_storage
 from ptc_capture.symbolic_sizes import pytype_of
 from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
 
@@ -76,6 +77,8 @@ def python_type(var: Var) -> type:
         return pytype_of(var.value)
     if kind == "slice":
         return slice
+    if kind == "view":
+        return type(var.value(var.value.__objclass__()))
     raise Unsupported(f"type of a {kind} is not known")
 
 
@@ -96,6 +99,8 @@ def _len(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         return const(len(value.items))
     if value.kind in ("list", "dict"):
         return const(len(value.box.items))
+    if value.kind == "view":
+        return const(len(view_storage(frame, value)))
     if value.kind == "module":
         return const(len(value.value))
     if value.kind == "userobj":
@@ -121,7 +126,7 @@ def _callable(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     value = args[0]
     if value.kind in ("function", "closure", "method", "tensor_method", "module", "partial"):
         return const(True)
-    if value.kind in ("tensor", "tuple", "list", "dict", "iter"):
+    if value.kind in ("tensor", "tuple", "list", "dict", "iter", "view"):
         return const(False)
     return const(callable(value.value))
 
@@ -202,7 +207,7 @@ def _range(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return const(range(*[as_const(a, "range()") for a in args]))
 
 
-_NOT_CALLABLE = ("tensor", "tuple", "list", "dict", "iter", "sym", "slice", "null")
+_NOT_CALLABLE = ("tensor", "tuple", "list", "dict", "iter", "sym", "slice", "null", "view")
 
 
 @builtin(functools.partial)
@@ -224,6 +229,9 @@ def _partial(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 @builtin(reversed)
 def _reversed(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    if args[0].kind in ("dict", "view"):
+        # A dict's reverse iterator is live as its forward one (interpreter/views.py).
+        return view_iter(frame, keys_view(args[0]) if args[0].kind == "dict" else args[0], reverse=True)
     return Var("iter", box=IterBox(list(reversed(sequence_items(frame, args[0])))))
 
 
@@ -369,7 +377,7 @@ def _scalar(kind: type) -> Caller:
                 return args[0]
             if not isinstance(value, torch.SymBool):
                 return from_python(_SYMBOLIC_CONVERSIONS[kind](value))
-        if kind is bool and len(args) == 1 and args[0].kind == "sym":
+        if kind is bool and len(args) == 1 and args[0].kind in ("sym", "view"):
             return const(truth(args[0], frame))
         return from_python(kind(*[as_const(a, f"{kind.__name__}()") for a in args]))
 

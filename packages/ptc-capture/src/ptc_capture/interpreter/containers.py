@@ -11,6 +11,7 @@ from ptc_capture.interpreter.calls import BUILTINS, Caller, call, caller
 from ptc_capture.interpreter.objects import call_slot, class_attr, dict_base, dict_storage
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, key_var, sequence_items
+from ptc_capture.interpreter.views import make_view
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
 __all__ = ["dict_items", "mapping_items", "sort_vars"]
@@ -149,12 +150,10 @@ def _dict_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: 
         raise Unsupported(f"{'OrderedDict' if ordered else 'dict'}.{name}() got unexpected keyword arguments (TypeError in eager)")
     if name == "get":
         return items.get(as_const(args[0], "a key"), args[1] if len(args) > 1 else const(None))
-    if name == "keys":
-        return Var("tuple", tuple, items=tuple(key_var(k) for k in items))
-    if name == "values":
-        return Var("tuple", tuple, items=tuple(items.values()))
-    if name == "items":
-        return Var("tuple", tuple, items=tuple(Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()))
+    if name in ("keys", "values", "items"):
+        if args:
+            raise Unsupported(f"dict.{name}() takes no arguments (TypeError in eager)")
+        return make_view(vars(collections.OrderedDict if ordered else dict)[name], target)
     if name == "copy":
         return Var("dict", target.value, box=DictBox(dict(items)))
     if name in _DICT_MUTATORS or (ordered and name in _ORDERED_MUTATORS):

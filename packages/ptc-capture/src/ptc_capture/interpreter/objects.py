@@ -21,8 +21,8 @@ import torch
 from ptc_capture.guards import Guard
 from ptc_capture.interpreter.calls import BUILTINS, Caller, call, inline_function
 from ptc_capture.interpreter.state import Frame, Unsupported
-from ptc_capture.interpreter.values import as_const, key_var, sequence_items
-from ptc_capture.variables import DictBox, IterBox, ObjBox, Var, const, constant_key, value_source
+from ptc_capture.interpreter.values import as_const, sequence_items
+from ptc_capture.variables import DictBox, ObjBox, Var, const, constant_key, value_source
 
 __all__ = [
     "call_slot", "class_attr", "construct", "constructible", "dict_base", "dict_storage", "has_instance_dict", "has_slot", "is_slot",
@@ -276,25 +276,23 @@ def _dict_len(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) ->
 
 @_rule("__iter__")
 def _dict_iter(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("iter", box=IterBox([key_var(k) for k in dict_storage(frame, args[0])[0].items]))
+    from ptc_capture.interpreter.views import make_view, view_iter
+
+    dict_storage(frame, args[0])
+    # OrderedDict's own iterator walks its order, which move_to_end may have set apart from dict's.
+    base = getattr(fn.value, "__objclass__", dict)
+    return view_iter(frame, make_view(vars(base)["keys"], args[0]))
 
 
-# The views are read as tuples of what they show now, as a plain dict's are (containers.py):
-# iterable more than once, with ``in`` and ``len``.
-@_rule("keys")
-def _dict_keys(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("tuple", tuple, items=tuple(key_var(k) for k in dict_storage(frame, args[0])[0].items))
+@_rule("keys", "values", "items")
+def _dict_view(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # A live view over the storage (interpreter/views.py), as dict's C methods make.
+    from ptc_capture.interpreter.views import make_view
 
-
-@_rule("values")
-def _dict_values(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    return Var("tuple", tuple, items=tuple(dict_storage(frame, args[0])[0].items.values()))
-
-
-@_rule("items")
-def _dict_items(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    items = dict_storage(frame, args[0])[0].items
-    return Var("tuple", tuple, items=tuple(Var("tuple", tuple, items=(key_var(k), v)) for k, v in items.items()))
+    if len(args) != 1 or kwargs:
+        raise Unsupported(f"dict.{fn.value.__name__}() takes no arguments (TypeError in eager)")
+    dict_storage(frame, args[0])
+    return make_view(fn.value, args[0])
 
 
 def _mutable(frame: Frame, args: list[Var]) -> tuple[DictBox, Any]:

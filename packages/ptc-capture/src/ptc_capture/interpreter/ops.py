@@ -162,6 +162,8 @@ def _same_object(a: Var, b: Var) -> bool | None:
         return True
     if a.kind == "null" or b.kind == "null":
         return a.kind == b.kind
+    if a.kind == "view" or b.kind == "view":
+        return False  # each keys()/values()/items() call makes a new view, in eager as here
     if is_python_value(a) and is_python_value(b) and a.kind not in ("tuple", "list", "dict"):
         return python_value(a) is python_value(b)
     if (a.kind == "const" and a.value is None) or (b.kind == "const" and b.value is None):
@@ -189,6 +191,13 @@ def contains(frame: Frame, item: Var, container: Var) -> bool:
     """``item in container`` at trace time."""
     if container.kind == "dict":
         return bool(as_const(item, "a dict key") in container.box.items)
+    if container.kind == "view":
+        from ptc_capture.interpreter.views import view_contents, view_storage
+
+        if container.value.__name__ == "keys":
+            return bool(as_const(item, "a dict key") in view_storage(frame, container))
+        # values() and items() compare as a sequence of what the dict holds now.
+        return contains(frame, item, Var("tuple", tuple, items=tuple(view_contents(frame, container))))
     if container.kind in ("tuple", "list"):
         items = container.items if container.kind == "tuple" else container.box.items
         for other in items:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ptc_capture.deferred import DeferredCall, deferred_in, mutates_tensors, unpacked
+from ptc_capture.deferred import DeferredCall, deferred_in, mutates_tensors, unpacked, vars_in
 from ptc_capture.graph import MetaFailure
 from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
@@ -58,6 +58,9 @@ def has_tensor(values: Any) -> bool:
             return any(has_tensor(v) for v in values.items)
         if values.kind == "list":
             return any(has_tensor(v) for v in values.box.items)
+        if values.kind == "view" and values.items[0].kind in ("dict", "userobj"):
+            target = values.items[0]
+            return has_tensor(target.box.items if target.kind == "dict" else target.box.items.items)
         return False
     if isinstance(values, dict):
         return any(has_tensor(v) for v in values.values())
@@ -93,6 +96,10 @@ def truth(var: Var, frame: Frame | None = None) -> bool:
         return len(var.items) > 0
     if kind in ("list", "dict"):
         return len(var.box.items) > 0
+    if kind == "view" and frame is not None:
+        from ptc_capture.interpreter.views import view_storage
+
+        return len(view_storage(frame, var)) > 0
     if kind in ("function", "closure", "module", "callable", "method", "tensor_method", "partial"):
         return True
     if is_python_value(var):
@@ -113,6 +120,10 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
         return list(var.box.items)
     if kind == "dict":
         return [key_var(k) for k in var.box.items]
+    if kind == "view":
+        from ptc_capture.interpreter.views import view_contents
+
+        return view_contents(frame, var)
     if kind == "iter":
         drained = []
         item = iter_next(frame, var)
@@ -166,11 +177,15 @@ def module_child_source(module: Var, name: str) -> Source | None:
 
 def get_iter(frame: Frame, var: Var) -> Var:
     """``iter(var)``: an iterator is itself; a list's iterator reads the list as it is when
-    each item is taken; other iterables are read now."""
+    each item is taken, a dict's or a dict view's reads the dict then; other iterables are read now."""
     if var.kind == "iter":
         return var
     if var.kind == "list":
         return Var("iter", box=IterBox(var.box.items, over=var))
+    if var.kind in ("dict", "view"):
+        from ptc_capture.interpreter.views import keys_view, view_iter
+
+        return view_iter(frame, keys_view(var) if var.kind == "dict" else var)
     return Var("iter", box=IterBox(sequence_items(frame, var)))
 
 
@@ -260,6 +275,9 @@ def graph_call(
         # A tensor given new storage (resize_, set_) cannot be expressed by a graph of
         # functional ops; eager's call runs outside the graph.
         raise Unsupported(f"{_call_label(op, target)} changes the size or storage of a tensor in place; it runs outside the graph")
+    if any(v.kind == "view" for v in vars_in((args, kwargs))):
+        # Deferred to after the graph, it would read the dict as it is then, not as it is now.
+        raise Unsupported(f"{_call_label(op, target)} takes a dict view; it runs outside the graph")
     pending = deferred_in(args, kwargs)
     writes = mutates_tensors(op, target, kwargs, mutates)
     if pending:
