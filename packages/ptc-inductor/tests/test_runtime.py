@@ -24,7 +24,7 @@ import ptc_spec
 from ptc_inductor.runtime import ArtifactError, InputError, load
 from ptc_inductor.runtime import artifact as layout
 from ptc_inductor.runtime.triton_launch import size_function
-from ptc_spec.testing import compare_with_eager
+from ptc_spec.testing import assert_same, compare_with_eager
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FORWARD_FIXTURES = ("attention_block", "conv_bn_relu", "layer_norm", "layer_norm_bf16", "mlp", "softmax")
@@ -258,6 +258,65 @@ def test_inputs_the_artifact_does_not_admit_get_one_clear_error(tmp_path: Path) 
         fn(wrong, *inputs[1:])
     with pytest.raises(InputError, match="structure"):
         fn(*inputs[:-1])
+
+
+def _eager_tuple(gm: torch.fx.GraphModule) -> Any:
+    def eager(*args: torch.Tensor) -> tuple[Any, ...]:
+        out = gm(*args)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    return eager
+
+
+_WRONG_INPUTS = {
+    "dtype": (lambda t: t.double(), "x0 has dtype torch.float64; the artifact was exported for torch.float32"),
+    "shape": (lambda t: torch.zeros(t.shape[0] + 1, *t.shape[1:]), "x0 has size .* in dim 0; the artifact was exported with static size"),
+    "dims": (lambda t: t.unsqueeze(0), "x0 has 3 dims; the artifact was exported for 2"),
+    "not a tensor": (lambda t: t.tolist(), "x0 is a list; the artifact takes a tensor there"),
+    # A meta tensor's get_device() is -1 as a CPU tensor's is; its null data pointer would crash the kernel.
+    "meta device": (lambda t: t.to("meta"), "x0 is on meta; the artifact runs on cpu"),
+}
+
+
+@pytest.mark.parametrize("wrong", list(_WRONG_INPUTS))
+def test_input_checks_refuse_a_wrong_input_after_calls_they_admitted(wrong: str, tmp_path: Path) -> None:
+    gm, inputs, path = _artifact("mlp", tmp_path / "a")
+    fn = load(path)
+    for _ in range(3):
+        compare_with_eager(fn, _eager_tuple(gm), *inputs, **_tol(inputs))
+    change, message = _WRONG_INPUTS[wrong]
+    with pytest.raises(InputError, match=message):
+        fn(change(inputs[0]), *inputs[1:])
+    compare_with_eager(fn, _eager_tuple(gm), *inputs, **_tol(inputs))
+
+
+def test_a_call_with_grad_off_runs_without_switching_grad_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gm, inputs, path = _artifact("mlp", tmp_path / "a")
+    fn = load(path)
+
+    def refuse() -> None:
+        raise AssertionError("grad is already off: the call must not enter torch.no_grad")
+
+    monkeypatch.setattr(torch, "no_grad", refuse)
+    with torch.inference_mode():
+        compare_with_eager(fn, _eager_tuple(gm), *inputs, **_tol(inputs))
+    torch.set_grad_enabled(False)
+    try:
+        compare_with_eager(fn, _eager_tuple(gm), *inputs, **_tol(inputs))
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_a_call_with_grad_on_returns_outputs_without_autograd_history(tmp_path: Path) -> None:
+    gm, inputs, path = _artifact("mlp", tmp_path / "a")
+    fn = load(path)
+    leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in inputs]
+    with torch.no_grad():
+        want = _eager_tuple(gm)(*inputs)
+    got = fn(*leaves)
+    assert torch.is_grad_enabled()
+    assert not any(g.requires_grad for g in got)
+    assert_same(got, want, what="output", **_tol(inputs))
 
 
 def test_grid_size_function_reads_the_kernel_size_arguments() -> None:

@@ -14,7 +14,7 @@ A program description (the manifest's ``program``, written by ``ptc.export``) sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -58,23 +58,33 @@ class Program:
         # Graph inputs: state tensors are bound once, leaves filled in per call.
         self._state = [state[name] if kind == "state" else None for kind, name in description["inputs"]]
         self._slots = [(i, int(index)) for i, (kind, index) in enumerate(description["inputs"]) if kind == "leaf"]
+        # A model of tensor arguments only (no state): the graph takes the call's leaves as they are.
+        self._leaves_are_inputs = self._slots == [(i, i) for i in range(len(leaves))] and len(self._state) == len(leaves)
         self._outputs = [tuple(o) for o in description["outputs"]]
         self._one_output = self._out_spec.is_leaf() and self._outputs == [("graph", 0)]
+        self._admits = _admission_function(self._tensors)
         self.state = dict(state)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the artifact on ``args``/``kwargs`` (as the exported model takes them)."""
+        leaves: Sequence[Any] = args
         if kwargs or len(args) != self._positional:
             leaves, spec = pytree.tree_flatten((args, kwargs))
             if spec != self._in_spec:
                 raise InputError(f"the call's arguments have structure {spec}, but {self.path} was exported for {self._in_spec}")
-        else:
-            leaves = list(args)
         self._check(leaves)
-        inputs = list(self._state)
-        for slot, index in self._slots:
-            inputs[slot] = leaves[index]
-        with torch.no_grad():
+        if self._leaves_are_inputs:
+            inputs = leaves
+        else:
+            inputs = list(self._state)
+            for slot, index in self._slots:
+                inputs[slot] = leaves[index]
+        # Entering no_grad costs more than a small graph's whole check: callers that serve under
+        # no_grad or inference_mode already have grad off, and then nothing needs switching.
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                result = self._call(*inputs)
+        else:
             result = self._call(*inputs)
         if not isinstance(result, tuple):
             result = (result,)
@@ -92,14 +102,11 @@ class Program:
                 out.append(value)
         return pytree.tree_unflatten(out, self._out_spec)
 
-    def _check(self, leaves: list[Any]) -> None:
-        for check in self._tensors:
-            t = leaves[check.index]
-            if (
-                not isinstance(t, torch.Tensor) or t.dtype is not check.dtype or t.get_device() != check.device_index
-                or (check.static is not None and t.shape != check.static)
-            ):  # fmt: skip
-                self._refuse(check, t)
+    def _check(self, leaves: Sequence[Any]) -> None:
+        if not self._admits(leaves):
+            # The same tests one tensor at a time, to say which input is wrong and how.
+            for check in self._tensors:
+                self._refuse(check, leaves[check.index])
         for index, where, value in self._values:
             if leaves[index] != value:
                 raise InputError(f"input {where} is {leaves[index]!r}; the artifact was exported with the constant {value!r} there")
@@ -107,12 +114,12 @@ class Program:
             self._check_sizes(leaves)
 
     def _refuse(self, check: _TensorCheck, t: Any) -> None:
-        """Raise the one error that says how input ``t`` differs from what the artifact takes."""
+        """Raise the one error that says how input ``t`` differs from what the artifact takes, if it does."""
         if not isinstance(t, torch.Tensor):
             raise InputError(f"input {check.where} is a {type(t).__name__}; the artifact takes a tensor there")
         if t.dtype != check.dtype:
             raise InputError(f"input {check.where} has dtype {t.dtype}; the artifact was exported for {check.dtype}")
-        if t.device != check.device:
+        if t.device.type != check.device.type or t.get_device() != check.device_index:
             raise InputError(f"input {check.where} is on {t.device}; the artifact runs on {check.device}")
         if len(t.shape) != len(check.dims):
             raise InputError(f"input {check.where} has {len(t.shape)} dims; the artifact was exported for {len(check.dims)}")
@@ -120,7 +127,7 @@ class Program:
             if isinstance(want, int) and t.shape[d] != want:
                 raise InputError(f"input {check.where} has size {t.shape[d]} in dim {d}; the artifact was exported with static size {want} there")
 
-    def _check_sizes(self, leaves: list[Any]) -> None:
+    def _check_sizes(self, leaves: Sequence[Any]) -> None:
         values: dict[str, int] = {}
         for check in self._tensors:
             if check.static is not None:
@@ -152,6 +159,35 @@ class Program:
 
     def _name(self, symbol: str) -> str:
         return str(self._symbols.get(symbol, {}).get("name") or symbol)
+
+
+def _admission_function(checks: Sequence[_TensorCheck]) -> Callable[[Sequence[Any]], bool]:
+    """One function that is true when every tensor leaf has its exported type, dtype, device and
+    (static) shape: the tests of ``Program._check`` in one expression, with no loop or lookups."""
+    scope: dict[str, Any] = {"__builtins__": {"isinstance": isinstance}, "Tensor": torch.Tensor}
+    terms = ["True"]
+    for n, check in enumerate(checks):
+        t = f"leaves[{check.index}]"
+        scope[f"dtype{n}"] = check.dtype
+        terms.append(f"isinstance({t}, Tensor) and {t}.dtype is dtype{n} and {_device_test(t, check, n, scope)}")
+        if check.static is not None:
+            scope[f"shape{n}"] = check.static
+            terms.append(f"{t}.shape == shape{n}")
+    # Only integers and names made here enter the source; nothing of the manifest is read as code.
+    exec(compile(f"def _admits(leaves):\n    return {' and '.join(terms)}\n", "<artifact input check>", "exec"), scope)
+    fn: Callable[[Sequence[Any]], bool] = scope["_admits"]
+    return fn
+
+
+def _device_test(t: str, check: _TensorCheck, n: int, scope: dict[str, Any]) -> str:
+    # get_device() alone is -1 for a meta tensor as for a CPU one, and a CPU kernel handed a meta
+    # tensor's null data pointer crashes the process: the device type is tested as well.
+    if check.device.type == "cpu":
+        return f"{t}.is_cpu"
+    if check.device.type == "cuda":
+        return f"{t}.is_cuda and {t}.get_device() == {check.device_index}"
+    scope[f"type{n}"] = check.device.type
+    return f"{t}.device.type == type{n} and {t}.get_device() == {check.device_index}"
 
 
 def _guard_function(source: str, symbols: list[str]) -> Callable[[Mapping[str, int]], bool]:
