@@ -66,6 +66,9 @@ def test_autocast_region_matches_eager_without_graph_break(backend: str) -> None
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_autocast_region_gradients_match_eager(backend: str) -> None:
+    # Fixed inputs: with the global RNG state left by earlier tests, CI once drew inputs where one
+    # input-gradient element differed from eager's by one bf16 ulp (0.00195); see issue 22's note.
+    torch.manual_seed(0)
     model = Net()
     fn = _region(model)
     compiled = ptc.compile(fn, backend=backend, fullgraph=True)
