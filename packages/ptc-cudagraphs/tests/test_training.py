@@ -137,12 +137,14 @@ def test_backward_after_a_later_forward_raises() -> None:
 def cpu_graphed(monkeypatch: pytest.MonkeyPatch) -> Callable[..., pcg.CudaGraphed]:
     from fakes import FrozenRecorder
 
-    from ptc_cudagraphs import registry
+    from ptc_cudagraphs import graphed, registry
     from ptc_cudagraphs.config import Config
     from ptc_cudagraphs.engine import Engine
 
     engine = Engine(FrozenRecorder("cpu"), Config())
     monkeypatch.setitem(registry._ENGINES, torch.device("cpu"), engine)
+    # CPU examples pick the current CUDA device when one exists; the fake records on the CPU.
+    monkeypatch.setattr(graphed, "_device_of", lambda _inputs: torch.device("cpu"))
 
     def make(fn: Callable[..., object], example: list[object], **kw: object) -> pcg.CudaGraphed:
         fast = pcg.cudagraphify(fn, example, **kw)  # type: ignore[arg-type]
