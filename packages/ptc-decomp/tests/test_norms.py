@@ -76,6 +76,10 @@ CALLS: dict[str, Call] = {
         aten.batch_norm_backward.default,
         (t["g"], t["x"], t["w"], t["rm"], t["rv"], t["mean"], t["invstd"], True, 1e-5, MASK, torch.empty(0, dtype=torch.uint8)),
     ),
+    "cudnn_batch_norm_backward": lambda t: (
+        aten.cudnn_batch_norm_backward.default,
+        (t["x"], t["g"], t["w"], t["rm"], t["rv"], t["mean"], t["invstd"], 1e-5, torch.empty(0, dtype=torch.uint8)),
+    ),
     "native_layer_norm_backward": lambda t: (
         aten.native_layer_norm_backward.default,
         (t["g"], t["x"], [W], t["ln_mean"], t["ln_rstd"], t["lw"], t["lw"], MASK),

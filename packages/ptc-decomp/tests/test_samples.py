@@ -138,6 +138,10 @@ MANUAL: dict[Any, list[Sample]] = {
         lambda: ((r(2, 3, 4), r(3), r(3), r(3), r(3).abs() + 0.5, False, 0.1, 1e-5), {}),
         lambda: ((r(2, 3, 4), r(3), r(3), None, None, True, 0.1, 1e-5), {}),
     ],
+    aten.cudnn_batch_norm_backward.default: [
+        lambda: ((r(2, 3, 4, 4), r(2, 3, 4, 4, seed=1), r(3), r(3), r(3).abs() + 0.5, r(3), r(3).abs() + 0.5, 1e-5, torch.empty(0, dtype=torch.uint8)), {}),
+        lambda: ((r(4, 5, 7), r(4, 5, 7, seed=2), r(5), None, None, r(5), r(5).abs() + 0.5, 1e-3, torch.empty(0, dtype=torch.uint8)), {}),
+    ],
     aten.norm.Scalar: [lambda: ((r(3, 4), 3), {})],
     aten.norm.ScalarOpt_dim: [lambda: ((r(3, 4), None, [1], True), {}), lambda: ((r(3, 4), float("inf"), [0]), {})],
     aten.remainder.Scalar_Tensor: [lambda: ((7, r(5, dtype=torch.int64) + 1), {}), lambda: ((2.5, r(5) + 3), {})],
@@ -154,7 +158,14 @@ def _cudnn_batch_norm(*a: Any) -> tuple[torch.Tensor, ...]:
     return out, mean, rstd, torch.empty(0, dtype=torch.uint8)
 
 
-REFERENCES: dict[Any, Callable[..., Any]] = {aten.cudnn_batch_norm.default: _cudnn_batch_norm}
+def _cudnn_batch_norm_backward(x: Any, g: Any, w: Any, rm: Any, rv: Any, mean: Any, invstd: Any, eps: float, _reserve: Any) -> Any:
+    return aten.native_batch_norm_backward.default(g, x, w, rm, rv, mean, invstd, True, eps, [True, True, True])
+
+
+REFERENCES: dict[Any, Callable[..., Any]] = {
+    aten.cudnn_batch_norm.default: _cudnn_batch_norm,
+    aten.cudnn_batch_norm_backward.default: _cudnn_batch_norm_backward,
+}
 CASES = [
     pytest.param(op, i, id=f"{overload_name(op)}-{i}")
     for op, samples in sorted(MANUAL.items(), key=lambda kv: overload_name(kv[0]))

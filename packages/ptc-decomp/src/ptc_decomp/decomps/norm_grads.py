@@ -179,3 +179,23 @@ def batch_norm_backward(
 ) -> Grads:
     """The newer batch_norm_backward: ``update`` means training statistics; save_var holds invstd."""
     return _batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask)
+
+
+@register_decomposition(aten.cudnn_batch_norm_backward.default)
+def cudnn_batch_norm_backward(  # parameter names follow the op's schema
+    input: torch.Tensor,
+    grad_output: torch.Tensor,
+    weight: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    save_mean: torch.Tensor | None,
+    save_var: torch.Tensor | None,
+    epsilon: float,
+    reserveSpace: torch.Tensor,  # noqa: N803
+) -> Grads:
+    """cuDNN's batch norm backward (autograd uses it only for training-mode batch norm, with the
+    batch mean and invstd saved): all three gradients, so they fuse into the neighbouring kernels
+    instead of a cuDNN call that converts layouts around itself."""
+    return _batch_norm_backward(
+        grad_output, input, weight, running_mean, running_var, save_mean, save_var, True, epsilon, (True, True, True)
+    )
