@@ -399,3 +399,35 @@ def test_a_forward_bound_on_the_instance_is_the_one_called_in_one_graph(mode):
     with torch.no_grad():
         compare_with_eager(compiled, model, torch.randn(2, 4, 5, 5))
     assert backend.count == 2
+
+
+def _config_defaults(forward):  # the shape of transformers 5's forward decorators
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if "scale" not in kwargs and len(args) < 2:
+            kwargs["scale"] = self.scale
+        return forward(self, *args, **kwargs)
+
+    return wrapper
+
+
+class Decorated(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.scale = torch.nn.Linear(8, 8), 0.5
+
+    @_config_defaults
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.fc(x) * scale
+
+
+def test_capture_function_binds_a_decorated_forwards_own_parameters():
+    # The wrapper's frame has self, args and kwargs; its __wrapped__ signature (x, scale) names
+    # locals that frame never has ("args is read before it is assigned" in fullgraph capture).
+    model, x = Decorated(), torch.randn(3, 8)
+    backend = CountingBackend()
+    capture = capture_function(model, x, backend=backend, fullgraph=True)
+    assert backend.count == 1 and capture.graph is not None
+    placeholders = [n.target for n in capture.graph.graph.nodes if n.op == "placeholder"]
+    assert placeholders == ["l_args_0", "l_self_fc_weight", "l_self_fc_bias"]
+    torch.testing.assert_close(capture.graph(x, model.fc.weight, model.fc.bias)[0], model(x))

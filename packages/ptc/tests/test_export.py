@@ -147,6 +147,26 @@ def test_exported_saved_loaded_and_compiled_model_matches_eager(name: str, tmp_p
     compare_with_eager(fn, _no_grad(model), *args, rtol=1e-4, atol=1e-4)
 
 
+def test_transformers_bert_exports_through_its_forward_decorators(tmp_path: Path) -> None:
+    # transformers 5 wraps forward in decorators (wrapper(self, *args, **kwargs), with the real
+    # forward in __wrapped__): capture binds the wrapper's own parameters, export names the real ones.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                                     vocab_size=64, max_position_embeddings=32)
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 64, (2, 10))
+    exported = ptc.export(model, (ids,), dynamic_shapes={"input_ids": {1: "seq"}})
+    compare_with_eager(exported, _no_grad(model), ids, rtol=1e-5, atol=1e-5)
+    exported.save(tmp_path / "exported")
+    fn = ptc_inductor.runtime.load(ptc.aot_compile(ptc.load_exported(tmp_path / "exported"), tmp_path / "artifact"))
+    for seq in (10, 7, 16):
+        other = torch.randint(0, 64, (2, seq))
+        got, want = fn(other), _no_grad(model)(other)
+        for key in ("last_hidden_state", "pooler_output"):
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-4)
+
+
 def test_state_is_saved_by_parameter_and_buffer_name(tmp_path: Path) -> None:
     model, args = _resnet()
     exported = ptc.export(model, args)

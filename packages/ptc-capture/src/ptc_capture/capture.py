@@ -335,7 +335,9 @@ def capture_function(
         return capture_function(forward, fn, *args, backend=backend, fullgraph=fullgraph, dynamic=dynamic, **kwargs)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"capture_function needs a Python function, got {type(fn).__name__}")
-    bound = inspect.signature(fn).bind(*args, **kwargs)
+    # The frame's own parameters: a decorator's wrapper(self, *args, **kwargs) keeps the wrapped
+    # function in __wrapped__, whose signature would name locals the wrapper's frame does not have.
+    bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
     bound.apply_defaults()
     f_locals = dict(bound.arguments)
     builtins_dict = fn.__globals__.get("__builtins__", __builtins__)
