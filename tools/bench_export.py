@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = ["| workload | cell | compile s | import s | load+first call s | steady us | steady / live ptc | max rel error |",
             "|---|---|---|---|---|---|---|---|"]
+    # Each workload's rows are printed when it is done (a run cut short by a time limit keeps
+    # them); the whole table follows at the end.
+    print("\n".join(rows), flush=True)
     for workload in args.workloads.split(","):
         with tempfile.TemporaryDirectory(prefix="ptc_bench_export_") as directory:
             env = dict(os.environ, PTC_CACHE_DIR=os.path.join(directory, "cache"), TORCHINDUCTOR_CACHE_DIR=os.path.join(directory, "ti"))
@@ -189,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = f"{r['steady_us'] / live:.2f}x" if live else "-"
                 rows.append(f"| {workload} | {cell} | {'-' if compiled is None else f'{compiled:.2f}'} | {r['import_s']:.3f} | {r['first_s']:.3f} "
                             f"| {r['steady_us']:.1f} | {ratio} | {r['max_rel_error']:.1e} |")
+            print("\n".join(rows[-len(CELLS):]), flush=True)
     print("\n".join(rows))
     return 0
 
