@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                            "--child", cell, str(built.get(cell, "-"))] + (["--small"] if args.small else [])
                     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
                     if proc.returncode != 0:
-                        results[cell] = {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+                        # The last line that is not a warning says why (a signal leaves none).
+                        lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith(" ")]
+                        results[cell] = {"error": f"exit {proc.returncode}: {lines[-1][:200] if lines else 'no message'}"}
                         continue
                     runs[cell].append(json.loads(proc.stdout.strip().splitlines()[-1]))
             for cell, found in runs.items():
