@@ -10,6 +10,7 @@ from aot_models import MODELS, make_inputs
 
 import ptc_aot
 from ptc_aot import aot
+from ptc_aot.api import SAVED_INPUTS_KEY
 from ptc_spec.testing import compare_with_eager
 
 
@@ -119,3 +120,48 @@ def test_programs_run_as_traced_inside_the_callers_autocast_region(grad: bool) -
         for got, want in zip((x, w), args):
             assert got.grad is not None and got.grad.dtype == torch.float32
             torch.testing.assert_close(got.grad, want.grad)
+
+
+class _Boxed:
+    """A compiled backward offering call_boxed: it takes its argument list and records which
+    saved tensors anyone but itself still holds once it has let go of them."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        self.alive_after_release: list[bool] = []
+
+    def __call__(self, *args: Any) -> Any:
+        return self.gm(*args)
+
+    def call_boxed(self, args: list[Any]) -> Any:
+        import weakref
+
+        saved = self.gm.meta[SAVED_INPUTS_KEY]
+        refs = [weakref.ref(t) for t in args[:saved]]
+        taken = list(args)
+        args.clear()
+        out = self.gm(*taken)
+        del taken
+        self.alive_after_release = [r() is not None for r in refs]
+        return out
+
+
+def test_boxed_backward_gets_sole_ownership_of_saved_activations() -> None:
+    # A saved intermediate (the matmul's product, which no partitioner recomputes) that only
+    # the backward holds can be freed inside the backward as soon as it is used: neither
+    # autograd's saved variables nor the runtime keep it.
+    boxed: list[_Boxed] = []
+
+    def bw(gm: torch.fx.GraphModule) -> _Boxed:
+        boxed.append(_Boxed(gm))
+        return boxed[-1]
+
+    def fn(x: torch.Tensor, m: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return ((x @ m) * w).sum(0)
+
+    x, m, w = torch.randn(3, 4), torch.randn(4, 4), torch.randn(4, requires_grad=True)
+    compiled = aot(fn, [x, m, w], fw_compiler=lambda gm: gm, bw_compiler=bw)
+    compiled(x, m, w).sum().backward()
+    torch.testing.assert_close(w.grad, (x @ m).sum(0))
+    (b,) = boxed
+    assert b.alive_after_release and not any(b.alive_after_release), b.alive_after_release

@@ -373,3 +373,37 @@ def test_autotuning_an_in_place_kernel_leaves_its_first_call_right(tmp_path: Any
     compiled = ptc_inductor.compile(trace_core(_attention, q, k, v), config=config)
     assert compiled.memory_plan is not None and compiled.memory_plan.in_place
     compare_with_eager(compiled, _attention, q, k, v, rtol=1e-4, atol=1e-4)
+
+
+def test_boxed_call_frees_each_input_after_its_last_use() -> None:
+    # call_boxed empties the list it is given: an input nobody else holds (a backward's saved
+    # activation) is freed right after the step that reads it last, before the later extern
+    # calls run, and the results are eager's. call(*inputs) gives the same results.
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def fn(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = aten.tanh.default(aten.mm.default(a, w))
+        return aten.mm.default(aten.mm.default(h, w), w)
+
+    g = torch.Generator().manual_seed(0)
+    a, w = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    compiled = ptc_inductor.compile(trace_core(fn, a, w))
+    assert compiled.call_boxed is not None
+    torch.testing.assert_close(compiled(a, w), fn(a, w))
+    events: list[str] = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            events.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    args = [a.clone(), w]
+    weakref.finalize(args[0], events.append, "freed a")
+    with Log():
+        out = compiled.call_boxed(args)
+    assert args == []
+    mms = [i for i, e in enumerate(events) if e.startswith("aten.mm")]
+    assert len(mms) == 3 and mms[0] < events.index("freed a") < mms[1], events
+    torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, fn(a, w))

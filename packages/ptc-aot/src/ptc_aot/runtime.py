@@ -115,19 +115,36 @@ class _CompiledFunction(torch.autograd.Function):
             g.contiguous() if g is not None else torch.zeros(shape, dtype=dtype, device=device)
             for g, shape, (dtype, device) in zip(given, ctx.output_shapes, program.tangents.zeros)
         ]
+        boxed = getattr(program.backward, "call_boxed", None)
+        if boxed is not None and not torch.is_grad_enabled():
+            # The compiled backward takes the list and empties it; with autograd's own saved
+            # variables released too, each saved activation is freed after its last use in the
+            # backward instead of when the whole backward has finished (the peak of a training step).
+            args = [*ctx.saved_tensors, *tangents]
+            del tangents
+            ctx.maybe_clear_saved_tensors()
+            with torch.no_grad(), torch._C._DisableAutocast():
+                results = list(boxed(args))
+            return (None, *_drop_unasked(results, program, present, len(given)))
         saved = ctx.saved_tensors
         # A backward called inside an autocast region must not cast the graph's ops again.
         with torch.no_grad(), torch._C._DisableAutocast():
-            results = list(program.backward(*saved, *tangents))
-        if len(present) < len(given):
-            for i, needs in enumerate(program.tangents.of_grads):
-                if not needs & present:
-                    results[i] = None
+            results = _drop_unasked(list(program.backward(*saved, *tangents)), program, present, len(given))
         if torch.is_grad_enabled():
             anchors = [t for t in (*saved, *tangents) if t.requires_grad]
             if anchors:
                 results = list(_NoDoubleBackward.apply(anchors[0], *results))  # type: ignore[no-untyped-call]
         return (None, *results)
+
+
+def _drop_unasked(results: list[Any], program: CompiledProgram, present: frozenset[int], given: int) -> list[Any]:
+    # Inputs that reach only outputs nobody differentiated get no gradient, as in eager.
+    assert program.tangents is not None
+    if len(present) < given:
+        for i, needs in enumerate(program.tangents.of_grads):
+            if not needs & present:
+                results[i] = None
+    return results
 
 
 def _detach_from_inputs(saved: Sequence[Any], mutated: Sequence[torch.Tensor]) -> tuple[Any, ...]:

@@ -85,7 +85,7 @@ def load_artifact(path: str, config: Config) -> CompiledGraph:
     symbols = tuple(SymbolSource(name, i, kind, dim) for name, i, kind, dim in manifest["symbols"])
     return CompiledGraph(
         namespace["call"], manifest["cpp_source"], manifest["wrapper"], None, None, None, tuple(manifest["fallbacks"]), symbols,
-        namespace=None, kernel_calls=calls, loaded_kernel_count=manifest["kernel_count"],
+        namespace=None, kernel_calls=calls, loaded_kernel_count=manifest["kernel_count"], call_boxed=namespace.get("call_boxed"),
     )
 
 

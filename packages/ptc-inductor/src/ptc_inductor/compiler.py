@@ -53,6 +53,9 @@ class CompiledGraph:
     kernel_calls: dict[str, KernelCall] = dataclasses.field(default_factory=dict, repr=False)
     loaded_kernel_count: int = 0
     """``kernel_count`` of a graph loaded from an artifact (it keeps no schedule)."""
+    call_boxed: Callable[[list[Any]], Any] | None = None
+    """Runs the graph on a list of its inputs that it empties, freeing each input after its last
+    use once no one else holds it (a backward's saved tensors); None for a wrapper without it."""
 
     def __call__(self, *args: Any) -> Any:
         """Run the compiled graph on ``args`` (the graph's placeholders, in order)."""
@@ -128,7 +131,7 @@ def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> Co
     log.debug("compiled %d nodes into %d kernels", len(lowered.nodes), len(built.calls))
     return CompiledGraph(
         namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks, wrapper.symbols,
-        namespace=dict(wrapper.namespace), kernel_calls=built.calls,
+        namespace=dict(wrapper.namespace), kernel_calls=built.calls, call_boxed=namespace.get("call_boxed"),
     )
 
 

@@ -142,6 +142,11 @@ class _Decided:
     def __call__(self, *args: Any) -> Any:
         return self.compiled(*args)
 
+    @property
+    def call_boxed(self) -> Callable[[list[Any]], Any] | None:
+        """The compiled graph's list-taking entry (see ptc_aot's backward), where it has one."""
+        return getattr(self.compiled, "call_boxed", None)
+
 
 def _with_decisions(compiled: Compiled, gm: torch.fx.GraphModule, core: torch.fx.GraphModule) -> Compiled:
     # A decomposition that decided on a size recorded the guard in the core graph's SymbolEnv;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,7 +87,7 @@ def generate_wrapper(
     calls: dict[str, KernelCall],
     config: Config,
 ) -> WrapperSource:
-    """Generate ``call(*inputs)`` for a scheduled, planned graph whose kernels are ``calls``."""
+    """Generate ``call(*inputs)`` (and ``call_boxed([inputs])``) for a scheduled, planned graph whose kernels are ``calls``."""
     names = _Namer()
     names.namespace["_restride"] = _restride
     lines: list[str] = []
@@ -188,9 +189,39 @@ def generate_wrapper(
         lines.append(f"return {outs[0]}")
     symbols = _symbol_sources(graph, names.sizes.used, kernel_sizes)
     lines[:0] = _read_symbols(symbols, params, graph.input_metas)
+    lines = _free_inputs_after_last_use(lines, params)
+    # call_boxed takes ownership of its argument list and empties it: with the caller's own
+    # references gone (a backward's saved activations), each input is freed after its last use
+    # instead of at the end. call(*inputs) keeps the usual convention (the caller holds them).
+    unpack = f"    {''.join(p + ', ' for p in params)}= args\n" if params else ""
     body = "\n".join("    " + ln for ln in lines)
-    source = f"def call({', '.join(params)}):\n{body}\n"
+    source = f"def call(*args):\n    return call_boxed(list(args))\n\n\ndef call_boxed(args):\n{unpack}    args.clear()\n{body}\n"
     return WrapperSource(source, names.namespace, symbols)
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _free_inputs_after_last_use(lines: list[str], params: Sequence[str]) -> list[str]:
+    """``lines`` with ``del <input>`` after the last line naming each input (none for an input the
+    return statement names). Every generated line is one simple statement, so the line that
+    names an input last is where the wrapper is done with it."""
+    last: dict[str, int] = {}
+    wanted = set(params)
+    for i, line in enumerate(lines):
+        for word in _WORD.findall(line):
+            if word in wanted:
+                last[word] = i
+    after: dict[int, list[str]] = {}
+    for name, i in last.items():
+        if not lines[i].startswith("return"):
+            after.setdefault(i, []).append(name)
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if i in after:
+            out.append(f"del {', '.join(after[i])}")
+    return out
 
 
 def _recyclable(lay: Layout) -> bool:
