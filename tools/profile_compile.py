@@ -2,6 +2,7 @@
 
     python tools/profile_compile.py gpt2-infer [--dynamic true] [--device cuda]
     python tools/profile_compile.py dynamic-gpt --dynamic true     # bench_dynamic.py's GPT-2
+    python tools/profile_compile.py gpt-decode --imports           # + which stage imported what
 
 The workload (a tools/bench.py workload, or ``dynamic-gpt``: the model tools/bench_dynamic.py
 sweeps) is built, then its first call is made through ``ptc.compile`` in this fresh process with
@@ -9,7 +10,10 @@ empty compile caches, and every stage function is timed on the way. A stage's ti
 stages nested in it (a C++ build inside the C++ backend counts once, as the build), so the rows
 add up to the first call; what no stage claims (torch's own one-time imports, the eager run of
 the compiled code, Python glue) is the "other" row. The timers wrap module attributes, so the
-numbers are for this tool only: nothing in the packages is changed.
+numbers are for this tool only: nothing in the packages is changed. With ``--imports`` it also
+lists the modules of torch's compiler stack (and sympy, triton) that the first call imported, by
+the stage that imported them: ptc re-implements that stack, so a cold compile should not pay for
+loading it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ sys.path[:0] = [str(ROOT / "tools"), *(str(p) for p in sorted(ROOT.glob("package
 DYNAMO_IMPORT = "torch._dynamo import (torch's)"
 STAGES = [
     ("capture", "ptc_capture.capture", "capture_frame"),
+    ("capture", "ptc_capture.api", "capture_frame"),  # api.py calls the name it imported
     ("boundary round-trips", "ptc.pipeline", "handoff"),
     ("aot: program cache key", "ptc_aot.program_cache", "material"),
     ("aot: program cache load", "ptc_aot.api", "read_program"),
@@ -66,6 +71,14 @@ class Timers:
         self.calls: dict[str, int] = defaultdict(int)
         self.nodes: dict[str, int] = defaultdict(int)
         self._stack: list[list[float]] = []
+        self._names: list[str] = []
+
+    def current(self) -> str:
+        """The innermost stage running now ("other" outside every stage), and whether it is
+        inside torch's own import of torch._dynamo."""
+        stages = [n for n in self._names if n != DYNAMO_IMPORT]
+        where = stages[-1] if stages else "other"
+        return f"{where} via torch._dynamo" if DYNAMO_IMPORT in self._names else where
 
     def wrap(self, name: str, fn: Any) -> Any:
         @functools.wraps(fn)
@@ -78,11 +91,13 @@ class Timers:
             if graph is not None:
                 self.nodes[name] += len(graph.graph.nodes)
             self._stack.append([0.0])
+            self._names.append(name)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - start
+                self._names.pop()
                 nested = self._stack.pop()[0]
                 self.seconds[name] += elapsed - nested
                 if self._stack:
@@ -109,6 +124,41 @@ def _time_dynamo_import(timers: Timers) -> None:
         builtins.__import__ = importer
 
 
+# Module families a cold compile should not load (torch's own compiler, which ptc replaces) or
+# loads anyway (sympy, triton): --imports reports each one's new modules by importing stage.
+WATCHED = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch._decomp", "torch._refs", "torch._prims",
+           "torch._subclasses", "torch.fx.experimental.symbolic_shapes", "torch.fx.experimental.proxy_tensor",
+           "torch.export", "torch._export", "sympy", "triton")
+
+
+def _family(name: str) -> str | None:
+    return next((f for f in WATCHED if name == f or name.startswith(f + ".")), None)
+
+
+class _ImportWatch:
+    """A meta path finder that finds nothing: it notes which stage first imports each watched module."""
+
+    def __init__(self, timers: Timers) -> None:
+        self.timers = timers
+        self.loaded_before = sorted({f for m in list(sys.modules) if (f := _family(m))})
+        self.imported: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        family = _family(name)
+        if family is not None and name not in sys.modules:
+            self.imported[family][self.timers.current()] += 1
+
+    def report(self) -> None:
+        print(f"\nwatched modules loaded before the first call (import torch, ptc): {', '.join(self.loaded_before) or 'none'}")
+        if not self.imported:
+            print("watched modules imported by the first call: none")
+            return
+        print("watched modules imported by the first call (new modules, by the stage that imported them):")
+        for family, stages in sorted(self.imported.items()):
+            where = ", ".join(f"{stage}: {n}" for stage, n in sorted(stages.items(), key=lambda kv: -kv[1]))
+            print(f"  {family:<40} {sum(stages.values()):4d}  ({where})")
+
+
 def _install(timers: Timers) -> None:
     for name, module_name, attr in STAGES:
         try:
@@ -124,7 +174,7 @@ def _install(timers: Timers) -> None:
             setattr(module, attr, timers.wrap(name, getattr(module, attr)))
 
 
-def _workload(name: str, device: Any) -> tuple[Any, tuple[Any, ...], bool]:
+def _workload(name: str, device: Any) -> tuple[Any, tuple[Any, ...], bool, str]:
     import torch
 
     if name == "dynamic-gpt":
@@ -132,12 +182,12 @@ def _workload(name: str, device: Any) -> tuple[Any, tuple[Any, ...], bool]:
 
         model, logits = bench_dynamic._model(device)
         ids = torch.randint(0, 2048, (2, 17), device=device)
-        return (lambda x: logits(model, x)), (ids,), False
+        return (lambda x: logits(model, x)), (ids,), False, "default"
     from bench import WORKLOADS
 
     spec = WORKLOADS[name]
     model, inputs = spec.build(device, device.type != "cuda")
-    return model, inputs, spec.train
+    return model, inputs, spec.train, spec.mode
 
 
 def main() -> None:
@@ -149,6 +199,7 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="profile a warm start: a first process fills the caches, this one reads them")
     parser.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cprofile", type=int, default=0, metavar="N", help="also print the N functions of most cumulative time")
+    parser.add_argument("--imports", action="store_true", help="also list the torch compiler modules (and sympy, triton) the first call imported, by stage")
     args = parser.parse_args()
     cache = args.cache_dir or tempfile.mkdtemp(prefix="ptc-profile-")
     if args.cache_dir is None:
@@ -171,9 +222,12 @@ def main() -> None:
     _time_dynamo_import(timers)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
-    model, inputs, train = _workload(args.workload, device)
+    model, inputs, train, mode = _workload(args.workload, device)
     dynamic = {"none": None, "true": True, "false": False}[args.dynamic]
-    compiled = ptc.compile(model, dynamic=dynamic)
+    compiled = ptc.compile(model, dynamic=dynamic, mode=mode)
+    watch = _ImportWatch(timers) if args.imports else None
+    if watch is not None:
+        sys.meta_path.insert(0, watch)
     profiler = cProfile.Profile() if args.cprofile else None
     start = time.perf_counter()
     if profiler is not None:
@@ -183,13 +237,15 @@ def main() -> None:
         torch.cuda.synchronize()
     if profiler is not None:
         profiler.disable()
+    if watch is not None:
+        sys.meta_path.remove(watch)
     total = time.perf_counter() - start
     start_kind = "warm start" if args.warm else "cold"
-    print(f"{args.workload} on {device.type}, dynamic={args.dynamic}, train={train}, {start_kind}: first call {total:.2f} s")
+    print(f"{args.workload} on {device.type}, mode={mode}, dynamic={args.dynamic}, train={train}, {start_kind}: first call {total:.2f} s")
     print(f"| {'stage':<28} | {'seconds':>8} | {'share':>6} | {'calls':>5} | {'nodes in':>8} |")
     print(f"|{'-' * 30}|{'-' * 10}|{'-' * 8}|{'-' * 7}|{'-' * 10}|")
     claimed = 0.0
-    for name in [DYNAMO_IMPORT, *(stage for stage, _, _ in STAGES)]:
+    for name in dict.fromkeys([DYNAMO_IMPORT, *(stage for stage, _, _ in STAGES)]):
         if name not in timers.calls:
             continue
         seconds = timers.seconds[name]
@@ -197,6 +253,8 @@ def main() -> None:
         print(f"| {name:<28} | {seconds:8.3f} | {seconds / total:6.1%} | {timers.calls[name]:5d} | {timers.nodes.get(name, 0):8d} |")
     other = total - claimed
     print(f"| {'other (imports, runs, glue)':<28} | {other:8.3f} | {other / total:6.1%} |       |          |")
+    if watch is not None:
+        watch.report()
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.cprofile)
 

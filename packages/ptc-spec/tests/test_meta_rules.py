@@ -115,3 +115,115 @@ def test_a_view_rule_result_is_a_view_of_its_operand() -> None:
     with symbolic_dispatch(env):
         y = x.view(-1, 5)
     assert y._base is x and y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+# -- plain_meta: concrete sizes, without torch's Python reference kernels --------------------
+aten = torch.ops.aten
+
+
+def _m(shape: tuple[int, ...], dtype: torch.dtype = f32, stride: tuple[int, ...] | None = None) -> torch.Tensor:
+    if stride is None:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+
+
+# (name, op, args, kwargs): each is answered by a plain rule and must equal the op's own meta kernel.
+PLAIN_CASES: list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = [
+    ("add_broadcast", aten.add.Tensor, (_m((2, 32, 64)), _m((32, 64))), {}),
+    ("add_size1_dims", aten.add.Tensor, (_m((4, 1, 3)), _m((4, 1, 3))), {}),
+    ("add_crossed_broadcast", aten.add.Tensor, (_m((2, 1, 1)), _m((1, 5, 1))), {}),
+    ("add_batch1", aten.add.Tensor, (_m((1, 8, 32)), _m((8, 32))), {}),
+    ("mul_bf16_f32", aten.mul.Tensor, (_m((6, 8), bf16), _m((6, 8))), {}),
+    ("mul_int_float_scalar", aten.mul.Scalar, (_m((6, 3), i64), 2.5), {}),
+    ("add_f16_0dim_f32", aten.add.Tensor, (_m((6, 3), f16), _m((), f32)), {}),
+    ("div_ints", aten.div.Tensor, (_m((6, 3), i64), _m((3,), i64)), {}),
+    ("eq_scalar", aten.eq.Scalar, (_m((6, 3)), 1.0), {}),
+    ("where", aten.where.self, (_m((6, 5), torch.bool), _m((6, 5)), _m((1, 5))), {}),
+    ("gelu_bf16", aten.gelu.default, (_m((6, 7), bf16),), {}),
+    ("gelu_tanh", aten.gelu.default, (_m((2, 4, 6)),), {"approximate": "tanh"}),
+    ("sigmoid_f16", aten.sigmoid.default, (_m((1, 7), f16),), {}),
+    ("mul_transposed_view", aten.mul.Scalar, (_m((2, 4, 32, 16), stride=(6144, 16, 192, 1)), 0.5), {}),
+    ("mul_transposed_batch1", aten.mul.Scalar, (_m((1, 4, 8, 8), stride=(768, 8, 96, 1)), 0.5), {}),
+    ("gelu_channels_last", aten.gelu.default, (_m((2, 3, 4, 5), stride=(60, 1, 15, 3)),), {}),
+    ("addmm_transposed_weight", aten.addmm.default, (_m((3,)), _m((6, 5)), _m((5, 3), stride=(1, 5))), {}),
+    ("addmm_full_bias_bf16", aten.addmm.default, (_m((6, 3), bf16), _m((6, 5), bf16), _m((5, 3), bf16)), {"beta": 0.5}),
+    ("layer_norm", aten.native_layer_norm.default, (_m((3, 6, 8)), [8], _m((8,)), _m((8,)), 1e-5), {}),
+    ("layer_norm_bf16", aten.native_layer_norm.default, (_m((3, 6, 8), bf16), [6, 8], None, None, 1e-5), {}),
+    ("layer_norm_transposed_f16", aten.native_layer_norm.default, (_m((6, 8), f16, (1, 6)), [8], _m((8,), f16), None, 1e-5), {}),
+    ("batch_norm_train", aten.native_batch_norm.default, (_m((2, 8, 4, 4)), _m((8,)), _m((8,)), _m((8,)), _m((8,)), True, 0.1, 1e-5), {}),
+    ("batch_norm_eval_bf16", aten.native_batch_norm.default, (_m((2, 8, 4, 4), bf16), _m((8,)), _m((8,)), _m((8,)), _m((8,)), False, 0.1, 1e-5), {}),
+    ("batch_norm_eval_no_affine", aten.native_batch_norm.default, (_m((4, 8)), None, None, _m((8,)), _m((8,)), False, 0.1, 1e-5), {}),
+    ("mean_spatial_keepdim", aten.mean.dim, (_m((2, 8, 4, 4)), [-1, -2], True), {}),
+    ("mean_dtype", aten.mean.dim, (_m((6, 7), bf16), [1]), {"dtype": f32}),
+    ("safe_softmax", aten._safe_softmax.default, (_m((1, 4, 8, 8)), -1), {}),
+    ("safe_softmax_bf16", aten._safe_softmax.default, (_m((2, 8), bf16), 0), {}),
+    ("tril", aten.tril.default, (_m((8, 8)),), {}),
+    ("tril_transposed", aten.tril.default, (_m((3, 5, 4), stride=(20, 1, 5)), 1), {}),
+]
+
+
+def _assert_same_meta(got: Any, want: Any) -> None:
+    got_list = list(got) if isinstance(got, tuple) else [got]
+    want_list = list(want) if isinstance(want, tuple) else [want]
+    assert len(got_list) == len(want_list)
+    for g, w in zip(got_list, want_list):
+        assert (g.shape, g.stride(), g.dtype, g.device) == (w.shape, w.stride(), w.dtype, w.device)
+
+
+@pytest.mark.parametrize(("name", "op", "args", "kwargs"), PLAIN_CASES, ids=[c[0] for c in PLAIN_CASES])
+def test_plain_meta_equals_the_ops_own_meta_kernel(name: str, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    got = meta_rules.plain_meta(op, args, kwargs)
+    assert got is not meta_rules.NOT_HANDLED
+    _assert_same_meta(got, op(*args, **kwargs))
+
+
+def test_plain_meta_follows_the_reference_layout_of_any_single_view() -> None:
+    # Transposed, sliced and size-1 views in several dtypes: wherever the rule answers, the dim
+    # order of a pointwise result over one operand is the reference kernel's.
+    gen = torch.Generator().manual_seed(0)
+    ops = [(aten.mul.Scalar, (0.5,)), (aten.gelu.default, ()), (aten.neg.default, ()), (aten.sigmoid.default, ())]
+    checked = answered = 0
+    for _ in range(600):
+        ndim = int(torch.randint(2, 5, (), generator=gen))
+        shape = [int(torch.randint(1, 4, (), generator=gen)) for _ in range(ndim)]
+        steps = [int(torch.randint(1, 3, (), generator=gen)) for _ in range(ndim)]
+        perm = torch.randperm(ndim, generator=gen).tolist()
+        base = torch.empty([s * k for s, k in zip(shape, steps)], dtype=[f32, bf16, f16][checked % 3], device="meta")
+        view = base[tuple(slice(None, None, k) for k in steps)].permute(perm)
+        op, extra = ops[checked % len(ops)]
+        got = meta_rules.plain_meta(op, (view, *extra), {})
+        checked += 1
+        if got is meta_rules.NOT_HANDLED:
+            continue  # a layout the rule is not certain of: the kernel answers
+        _assert_same_meta(got, op(view, *extra))
+        answered += 1
+    assert answered > 150
+
+
+def test_plain_meta_leaves_random_ops_and_broadcast_views_to_their_kernels() -> None:
+    x = _m((4, 3))
+    assert meta_rules.plain_meta(aten.bernoulli.p, (x, 0.5), {}) is meta_rules.NOT_HANDLED
+    # Two operands, one transposed: the layout rule is not certain there.
+    assert meta_rules.plain_meta(aten.add.Tensor, (x, _m((4, 3), stride=(1, 4))), {}) is meta_rules.NOT_HANDLED
+    # A size mismatch is the kernel's error to raise.
+    assert meta_rules.plain_meta(aten.add.Tensor, (x, _m((5,))), {}) is meta_rules.NOT_HANDLED
+
+
+def test_plain_meta_mode_answers_without_importing_torch_dynamo() -> None:
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, torch, torch.nn.functional as F\n"
+        "from ptc_spec import PlainMetaMode\n"
+        "x = torch.empty(2, 8, 16, device='meta'); w = torch.empty(16, device='meta')\n"
+        "with PlainMetaMode():\n"
+        "    y = F.gelu(F.layer_norm(x, (16,), w, w)) * 2 + x\n"
+        "    z = F.scaled_dot_product_attention(y.view(2, 8, 2, 8).transpose(1, 2), y.view(2, 8, 2, 8).transpose(1, 2),"
+        " y.view(2, 8, 2, 8).transpose(1, 2), is_causal=True)\n"
+        "    b = F.batch_norm(torch.empty(2, 4, 3, 3, device='meta'), torch.empty(4, device='meta'), torch.empty(4, device='meta'))\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

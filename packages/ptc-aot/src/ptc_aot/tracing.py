@@ -17,9 +17,8 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptc_spec import SymbolEnv, TensorMeta, TracedTensor, symbolic_dispatch
+from ptc_spec import DispatchMode, SymbolEnv, TensorMeta, TracedTensor, symbolic_dispatch
 from ptc_spec.tracer import Tracer, finish
 
 from .errors import UnsupportedMutationError
@@ -73,7 +72,7 @@ class _RecordingTracer(Tracer):
         return out
 
 
-class _Recording(TorchDispatchMode):
+class _Recording(DispatchMode):
     def __init__(self, tracer: Tracer) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracer = tracer

@@ -23,7 +23,6 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptc_capture.autocast_state import AutocastState, applied
 from ptc_capture.guards import Source
@@ -32,6 +31,8 @@ from ptc_capture.symbolic_sizes import SizeNodes, free_symbols, hinted, mentions
 from ptc_capture.variables import Var, size_var
 from ptc_spec import (
     META_KEY,
+    DispatchMode,
+    PlainMetaMode,
     SymbolEnv,
     TensorMeta,
     Tracer,
@@ -47,7 +48,7 @@ _dynamic_log = channel("dynamic")
 __all__ = ["GraphState", "MetaFailure"]
 
 
-class _SymbolicFactoriesOnMeta(TorchDispatchMode):
+class _SymbolicFactoriesOnMeta(DispatchMode):
     """Factories of symbolic size made inside an op's meta run create meta tensors.
 
     torch's Python meta kernels built from references (``nll_loss``'s makes
@@ -183,7 +184,9 @@ class GraphState:
 
         def run(call_args: Any, call_kwargs: dict[str, Any]) -> Any:
             fn: Callable[..., Any] = getattr(call_args[0], target_meta) if op == "call_method" else target
-            with torch.set_grad_enabled(grad), symbolic_dispatch(env), _SymbolicFactoriesOnMeta() if env.symbols else _NO_MODE:
+            # PlainMetaMode, outermost, answers pointwise ops on meta tensors without torch's
+            # Python reference kernels, whose wrapper would import torch._dynamo (a second).
+            with torch.set_grad_enabled(grad), PlainMetaMode(), symbolic_dispatch(env), _SymbolicFactoriesOnMeta() if env.symbols else _NO_MODE:
                 if target in _INDEXING:
                     found = _symbolic_indexing(target, call_args)
                     if found is not _NOT_HANDLED:

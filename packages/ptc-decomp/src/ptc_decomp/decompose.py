@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptc_spec import (
     FALLBACK_KEY,
     LATEST_CORE,
     META_KEY,
     SHAPE_ENV_KEY,
+    DispatchMode,
     OpSet,
     SymbolEnv,
     TensorMeta,
@@ -68,7 +68,7 @@ FALLBACKS_KEY = "ptc_fallbacks"
 _CONDITIONALLY_MUTABLE = frozenset({aten.native_batch_norm.default})
 
 
-class _Mode(TorchDispatchMode):
+class _Mode(DispatchMode):
     """Sends every ATen call made inside a decomposition back to the rewriter."""
 
     def __init__(self, rewriter: _Rewriter) -> None:

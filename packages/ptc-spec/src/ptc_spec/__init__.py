@@ -4,6 +4,7 @@ from .builder import GraphBuilder
 from .config import Config, config_from_env
 from .device_meta import norm_statistics_dtype, on_meta_device, run_meta, running_statistics_dtype
 from .dialects import DIALECT_KEY, check, dialect_of, known_dialects, offending_nodes, require_dialect, set_dialect
+from .dispatch_mode import DispatchMode
 from .errors import (
     BoundaryError,
     DataDependentError,
@@ -17,6 +18,7 @@ from .errors import (
 from .events import EventChannel, TimedStep
 from .fallback import FALLBACK_KEY, fallback_problem, is_fallback, mark_fallback
 from .meta import META_KEY, SymSize, TensorMeta, contiguous_strides, dynamic_meta, size_symbol
+from .meta_rules import PlainMetaMode
 from .opset import CATEGORIES, LATEST_CORE, OPSETS, OpEntry, OpSet, opset, overload_name
 from .serialize import FORMAT, decode_value, dumps, encode_value, graph_fingerprint, load, loads, roundtrip, save
 from .shapes import SHAPE_ENV_KEY, SymbolEnv, record_shape_env, shape_env_of, symbol_values
@@ -50,9 +52,11 @@ __all__ = [
     "Config",
     "DataDependentError",
     "DialectError",
+    "DispatchMode",
     "GraphBuilder",
     "OpEntry",
     "OpSet",
+    "PlainMetaMode",
     "PtcSpecError",
     "SHAPE_ENV_KEY",
     "SerializationError",

@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from .dispatch_mode import DispatchMode
+from .meta_rules import NOT_HANDLED, plain_meta
 
 aten = torch.ops.aten
 
@@ -63,7 +65,7 @@ class _OnDevice(torch.Tensor):
         raise RuntimeError(f"{func} reached a device-reporting meta tensor outside its meta kernel")
 
 
-class _OnDeviceMode(TorchDispatchMode):
+class _OnDeviceMode(DispatchMode):
     """Runs each ATen call a meta kernel makes on the meta tensors inside, wrapping the results."""
 
     def __init__(self, device: torch.device) -> None:
@@ -175,8 +177,11 @@ def _cpu_statistics(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: 
 
 def run_meta(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device) -> Any:
     """``func`` over meta tensors ``args``, with the result layout and dtypes eager gives on ``device``."""
+    plain = plain_meta(func, args, kwargs)
     if func in _NORM_STATISTICS and device.type == "cpu":
-        return _cpu_statistics(func, args, kwargs, func(*args, **kwargs))
+        return _cpu_statistics(func, args, kwargs, func(*args, **kwargs) if plain is NOT_HANDLED else plain)
+    if plain is not NOT_HANDLED:
+        return plain
     kernel = func.py_kernels.get(torch._C.DispatchKey.Meta) if func in _DEVICE_LAYOUT_OPS else None
     if kernel is None or device.type in _ASSUMED:
         return func(*args, **kwargs)

@@ -15,6 +15,13 @@ on plain meta tensors at the example sizes (the C++ meta kernel: microseconds), 
 dtypes and confirms the shapes and the contiguous layout; and the results are empty meta tensors
 of the symbolic shapes (a view's is a view of its operand). Anything outside these cases (other layouts, data-dependent sizes,
 in-place or multi-output pointwise ops) runs the reference kernel as before.
+
+Concrete sizes have a cost of their own. torch registers its Python reference kernels
+(``torch._refs``) as the meta kernels of most pointwise ops, in place of the C++ ones, and those
+run through a ``torch._disable_dynamo`` wrapper that imports ``torch._dynamo`` on its first call:
+a second of a cold compile spent loading the compiler ptc replaces. :func:`plain_meta`
+answers those ops (and the few others common models reach) itself where the answer is certain,
+and :class:`PlainMetaMode` applies it to the ops a torch-level call dispatches.
 """
 
 from __future__ import annotations
@@ -26,15 +33,17 @@ from typing import Any
 import sympy
 import torch
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .dispatch_mode import DispatchMode
 from .symnode import SymNode
 
 _SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _NOT_HANDLED = object()
+NOT_HANDLED = _NOT_HANDLED
+"""What :func:`plain_meta` returns for a call it leaves to the op's own meta kernel."""
 
 
-class MetaRulesMode(TorchDispatchMode):
+class MetaRulesMode(DispatchMode):
     """Answers the ops of the rules below directly where they apply; passes every other call on."""
 
     def __init__(self) -> None:
@@ -50,6 +59,261 @@ class MetaRulesMode(TorchDispatchMode):
             if out is not _NOT_HANDLED:
                 return out
         return func(*args, **kwargs)
+
+
+class PlainMetaMode(DispatchMode):
+    """Answers ops on meta tensors of concrete sizes with :func:`plain_meta` where it can (no Python
+    reference kernel, so no ``torch._dynamo`` import); passes every other call on."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = plain_meta(func, args, kwargs)
+        if out is _NOT_HANDLED:
+            return func(*args, **kwargs)
+        return out
+
+
+# Arguments that choose the result's layout or place: a call that passes one is left to its kernel.
+_PLACEMENT = frozenset({"memory_format", "layout", "device", "pin_memory"})
+_PYTHON_POINTWISE: dict[Any, bool] = {}
+
+
+def _python_pointwise(func: Any) -> bool:
+    """Pointwise, fresh result, and torch's meta kernel for it is a Python reference kernel."""
+    found = _PYTHON_POINTWISE.get(func)
+    if found is None:
+        found = (
+            isinstance(func, torch._ops.OpOverload)
+            and _is_plain_pointwise(func)
+            # A random op would draw from the CPU generator, moving eager's random stream.
+            and torch.Tag.nondeterministic_seeded not in func.tags
+            and torch._C.DispatchKey.Meta in func.py_kernels
+            and not any(a.name in _PLACEMENT for a in func._schema.arguments)
+        )
+        _PYTHON_POINTWISE[func] = found
+    return found
+
+
+def plain_meta(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """The meta result of ``func`` over meta tensors of concrete sizes, computed without torch's
+    Python meta kernel, or NOT_HANDLED where no rule here is certain to give the same result.
+
+    The rules cover pointwise ops and the few others common models reach (matmul with bias,
+    layer and batch norm, mean, softmax, tril), each where the result is contiguous. For a
+    pointwise op that needs operands with the default strides of their shapes: the reference
+    kernels order the result's dims by comparing operand strides
+    (``compute_elementwise_output_logical_to_physical_perm``, eager's TensorIterator rule), and
+    default strides never rank a later dim before an earlier one (they only tie, where a dim is
+    broadcast or of size 1). Result dtypes come from running the op on one-element CPU tensors
+    of the operands' dtypes and ranks (a zero-dim operand promotes differently from a
+    dimensioned one), microseconds in C++; the norms' statistics, whose dtype differs by device,
+    follow their meta kernels' rule instead. Any other case, an error included, is NOT_HANDLED:
+    the op's own meta kernel then answers or raises.
+    """
+    rule = _PLAIN_RULES.get(func)
+    if rule is None:
+        if not _python_pointwise(func):
+            return _NOT_HANDLED
+        rule = _plain_pointwise
+    leaves = pytree.tree_leaves((args, kwargs))
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    if not tensors or any(isinstance(x, _SYM) for x in leaves):
+        return _NOT_HANDLED
+    if any(type(t) is not torch.Tensor or not t.is_meta for t in tensors):
+        return _NOT_HANDLED
+    if any(isinstance(s, _SYM) for t in tensors for s in (*t.shape, *t.stride())) or any(t.numel() == 0 for t in tensors):
+        return _NOT_HANDLED  # symbolic sizes have their rules above; empty tensors their kernels
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        # Called outside autograd's dispatch (ptc-spec's tracer), a fresh result would lose requires_grad.
+        return _NOT_HANDLED
+    return rule(func, args, kwargs)
+
+
+def _default_strided(*tensors: torch.Tensor | None) -> bool:
+    return all(t is None or t.stride() == tuple(_default_strides(tuple(t.shape))) for t in tensors)
+
+
+def _cpu_dtypes(func: Any, args: Any, kwargs: dict[str, Any], ranks: list[int]) -> list[torch.dtype] | None:
+    """The result dtypes of ``func`` run on one-element CPU tensors, or None when it raises or
+    its results do not have ``ranks``."""
+
+    def one_element(x: Any) -> Any:
+        return torch.ones((1,) * x.dim(), dtype=x.dtype) if isinstance(x, torch.Tensor) else x
+
+    try:
+        c_args, c_kwargs = pytree.tree_map(one_element, (args, kwargs))
+        with torch.no_grad(), torch._C._DisablePythonDispatcher():
+            out = func(*c_args, **c_kwargs)
+    except Exception:
+        return None
+    results = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(results) != len(ranks) or any(not isinstance(r, torch.Tensor) or r.dim() != n for r, n in zip(results, ranks)):
+        return None
+    return [r.dtype for r in results]
+
+
+def _fresh(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _one_result(func: Any, args: Any, kwargs: dict[str, Any], shape: tuple[int, ...]) -> Any:
+    dtypes = _cpu_dtypes(func, args, kwargs, [len(shape)])
+    return _NOT_HANDLED if dtypes is None else _fresh(shape, dtypes[0])
+
+
+def _plain_pointwise(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    if not _default_strided(*tensors):
+        return _one_strided_operand(func, args, kwargs, tensors)
+    shape = _broadcast([tuple(t.shape) for t in tensors])
+    return _NOT_HANDLED if shape is None else _one_result(func, args, kwargs, shape)
+
+
+def _one_strided_operand(func: Any, args: Any, kwargs: dict[str, Any], tensors: list[torch.Tensor]) -> Any:
+    """One tensor operand with a layout of its own (a transposed or sliced view): the result is
+    dense, its dims ordered as the reference kernels order the operand's (:func:`_elementwise_order`).
+
+    Only where that order is strict: the dims of size above 1 have distinct nonzero strides, and
+    the size-1 dims lead with strides above all of those. A composite reference (``gelu``) or a
+    dtype round trip (bf16 computed in float32) orders dims again on each intermediate result,
+    and where the first order has ties (a size-1 dim's stride equal to another's) a later one
+    may place a size-1 dim elsewhere: its stride would differ from the kernel's.
+    """
+    if len(tensors) != 1:
+        return _NOT_HANDLED
+    t = tensors[0]
+    sized = [st for n, st in zip(t.shape, t.stride()) if n > 1]
+    ones = [d for d, n in enumerate(t.shape) if n == 1]
+    if 0 in sized or len(set(sized)) != len(sized) or ones != list(range(len(ones))):
+        return _NOT_HANDLED
+    if any(t.stride(d) <= max(sized, default=0) for d in ones):
+        return _NOT_HANDLED
+    dtypes = _cpu_dtypes(func, args, kwargs, [t.dim()])
+    if dtypes is None:
+        return _NOT_HANDLED
+    shape = tuple(t.shape)
+    strides = [0] * len(shape)
+    expected = 1
+    for d in reversed(_elementwise_order(t)):
+        strides[d] = expected
+        expected *= shape[d]
+    return torch.empty_strided(shape, strides, dtype=dtypes[0], device="meta")
+
+
+def _at_least(a: int, b: int) -> bool:
+    # The reference's comparison of two sizes or strides: a zero is below everything.
+    if b == 0:
+        return True
+    if a == 0:
+        return False
+    return a >= b or a % b == 0
+
+
+def _elementwise_order(t: torch.Tensor) -> list[int]:
+    """The dims of a pointwise result over ``t`` alone, outermost first, as eager orders them:
+    contiguous or channels-last operands keep their format; otherwise a stable insertion sort
+    puts the dim of larger stride outside, a size-1 or broadcast dim deciding nothing."""
+    ndim = t.dim()
+    contiguous, channels_last = t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
+    if ndim < 2 or (contiguous and not channels_last):
+        return list(range(ndim))
+    if channels_last and not contiguous:
+        return [0, *range(2, ndim), 1]
+    shape, strides = tuple(t.shape), t.stride()
+
+    def outer_first(a: int, b: int) -> int:
+        # > 0: dim a belongs outside dim b; < 0: inside; 0: undecided.
+        if strides[a] == 0 or strides[b] == 0:
+            return 0
+        if strides[a] == strides[b]:
+            return 0 if _at_least(shape[b], shape[a]) else 1
+        if _at_least(strides[b], strides[a]):
+            return -1
+        return 1 if _at_least(strides[a], strides[b]) else 0
+
+    order = list(reversed(range(ndim)))  # innermost first while sorting
+    for i in range(1, ndim):
+        moving = i
+        for j in reversed(range(i)):
+            found = outer_first(order[j], order[moving])
+            if found > 0:
+                order[j], order[moving] = order[moving], order[j]
+                moving = j
+            elif found < 0:
+                break
+    order.reverse()
+    return order
+
+
+def _plain_addmm(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # torch's decomposition adds the bias to mm's fresh contiguous product, product first.
+    bias, a, b = args[:3]
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0] or not _default_strided(bias):
+        return _NOT_HANDLED
+    shape = (a.shape[0], b.shape[1])
+    if _broadcast([tuple(bias.shape), shape]) != shape:
+        return _NOT_HANDLED
+    return _one_result(func, args, kwargs, shape)
+
+
+_COMPUTATION = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _plain_layer_norm(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # The reference makes its operands contiguous first: the results are contiguous whatever
+    # the input layout. The output keeps the input's dtype; the statistics are computed (and,
+    # on a meta tensor, returned) in the computation dtype.
+    x, normalized, weight, bias = args[0], list(args[1]), args[2], args[3]
+    axis = x.dim() - len(normalized)
+    if kwargs or not x.is_floating_point() or axis < 0 or list(x.shape[axis:]) != normalized:
+        return _NOT_HANDLED
+    if any(p is not None and list(p.shape) != normalized for p in (weight, bias)):
+        return _NOT_HANDLED
+    stats = (*x.shape[:axis], *([1] * len(normalized)))
+    dtype = _COMPUTATION.get(x.dtype, x.dtype)
+    return _fresh(tuple(x.shape), x.dtype), _fresh(stats, dtype), _fresh(stats, dtype)
+
+
+def _plain_batch_norm(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    # the output is pointwise over the input and per-channel operands; the saved statistics
+    # are per channel, in the computation dtype on a meta tensor (training or not).
+    x, weight, bias, mean, var, training = args[:6]
+    if kwargs or not x.is_floating_point() or x.dim() < 2 or not _default_strided(x):
+        return _NOT_HANDLED
+    channels = (x.shape[1],)
+    params = (weight, bias, mean, var)
+    if any(p is not None and tuple(p.shape) != channels for p in params) or (not training and (mean is None or var is None)):
+        return _NOT_HANDLED
+    dtype = _COMPUTATION.get(x.dtype, x.dtype)
+    return _fresh(tuple(x.shape), x.dtype), _fresh(channels, dtype), _fresh(channels, dtype)
+
+
+def _plain_mean(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    x = args[0]
+    if not _default_strided(x):
+        return _NOT_HANDLED
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    ndim = x.dim()
+    if dims and any(not -max(ndim, 1) <= d < max(ndim, 1) for d in dims):
+        return _NOT_HANDLED
+    reduced = set(range(ndim)) if not dims else {d % ndim for d in dims} if ndim else set()
+    shape = tuple((1 if i in reduced else s) for i, s in enumerate(x.shape) if keepdim or i not in reduced)
+    return _one_result(func, args, kwargs, shape)
+
+
+def _plain_same_shape(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # _safe_softmax of a contiguous input, and tril (whose reference ends in .contiguous()).
+    x = args[0]
+    if func is not aten.tril.default and not _default_strided(x):
+        return _NOT_HANDLED
+    if func is aten.tril.default and x.dim() < 2:
+        return _NOT_HANDLED
+    return _one_result(func, args, kwargs, tuple(x.shape))
 
 
 _PLAIN: dict[Any, bool] = {}
@@ -156,7 +420,9 @@ def _lifted(func: Any, args: Any, kwargs: dict[str, Any], shapes: list[tuple[Any
     c_args, c_kwargs = pytree.tree_map(concrete, (args, kwargs))
     try:
         with torch._C._DisablePythonDispatcher():
-            example = func(*c_args, **c_kwargs)
+            example = plain_meta(func, c_args, c_kwargs)
+            if example is NOT_HANDLED:
+                example = func(*c_args, **c_kwargs)
     except Exception:
         return _NOT_HANDLED  # the reference kernel raises the op's own error, or handles it
     examples = list(example) if isinstance(example, (tuple, list)) else [example]
@@ -306,4 +572,14 @@ _RULES: dict[Any, Rule] = {
     aten.mean.dim: _reduction,
     aten.embedding.default: _embedding,
     aten.view.default: _view,
+}
+
+
+_PLAIN_RULES: dict[Any, Rule] = {
+    aten.addmm.default: _plain_addmm,
+    aten.native_layer_norm.default: _plain_layer_norm,
+    aten.native_batch_norm.default: _plain_batch_norm,
+    aten.mean.dim: _plain_mean,
+    aten._safe_softmax.default: _plain_same_shape,
+    aten.tril.default: _plain_same_shape,
 }

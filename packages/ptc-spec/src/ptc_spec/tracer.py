@@ -25,10 +25,10 @@ import sympy
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .device_meta import run_meta
 from .dialects import check, set_dialect
+from .dispatch_mode import DispatchMode
 from .errors import DataDependentError, TraceError
 from .meta import META_KEY, TensorMeta
 from .meta_rules import MetaRulesMode
@@ -112,7 +112,7 @@ class TracedTensor(torch.Tensor):
         raise TraceError(f"{overload_name(func)} reached a traced tensor with no active tracer")
 
 
-class _TracingMode(TorchDispatchMode):
+class _TracingMode(DispatchMode):
     def __init__(self, tracer: Tracer) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracer = tracer
