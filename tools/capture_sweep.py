@@ -284,6 +284,22 @@ def _ptc_failed(result: dict[str, Any], stage: str, exc: Exception) -> None:
     result["detail"] = f"{stage}: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
 
 
+def _seed() -> None:
+    """The same random streams for every run of a model: models that draw random numbers in their
+    forward (ViTMAE's masking, VITS's noise) give eager's result only from the same state."""
+    import random
+
+    import torch
+
+    torch.manual_seed(0)
+    random.seed(0)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(0)
+
+
 def _explain_both(model: Any, inputs: dict[str, Any], result: dict[str, Any], prefix: str) -> Any:
     """Explain one forward with ptc and with torch.compile and record both counts; return ptc's
     output, or None when ptc raised (the result then says so)."""
@@ -293,6 +309,7 @@ def _explain_both(model: Any, inputs: dict[str, Any], result: dict[str, Any], pr
 
     ptc.reset()
     try:
+        _seed()
         explained = ptc.explain(model)(**inputs)
     except Exception as exc:
         _ptc_failed(result, f"{prefix}capture", exc)
@@ -302,6 +319,7 @@ def _explain_both(model: Any, inputs: dict[str, Any], result: dict[str, Any], pr
     result[f"{prefix}ptc_reasons"] = _reasons(explained.break_reasons)
     torch._dynamo.reset()
     try:
+        _seed()
         peer = torch._dynamo.explain(model)(**inputs)
         result[f"{prefix}tc_graphs"] = peer.graph_count
         result[f"{prefix}tc_breaks"] = peer.graph_break_count
@@ -328,12 +346,12 @@ def _train_step(model: Any, inputs: dict[str, Any], result: dict[str, Any]) -> N
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     try:
-        torch.manual_seed(0)
+        _seed()
         want = _backward(model, model(**inputs))
     except Exception as exc:
         result["train_detail"] = f"eager training step failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         return
-    torch.manual_seed(0)
+    _seed()
     out = _explain_both(model, inputs, result, "train_")
     if out is None:
         return
@@ -361,10 +379,10 @@ def _peer_error(model: Any, inputs: dict[str, Any], ours: Any, train: bool) -> f
             model.eval()
             with torch.no_grad():
                 return max_relative_error(ours, compiled(**inputs))
-        torch.manual_seed(0)
+        _seed()
         theirs = _backward(model, compiled(**inputs))
         ptc.reset()
-        torch.manual_seed(0)
+        _seed()
         mine = _backward(model, ptc.compile(model, backend="eager")(**inputs))
     except Exception:
         return None
@@ -390,6 +408,7 @@ def run_one(entry: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
             model, inputs = _build_transformers(entry, device, train, max_bytes)
         model = model.to(device).eval()
         with torch.no_grad():
+            _seed()
             expected = model(**inputs)
     except Skip as exc:
         result["detail"] = str(exc)

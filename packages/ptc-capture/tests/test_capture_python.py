@@ -685,3 +685,67 @@ def test_errors_of_builtins_run_at_trace_time_are_eager_s(call, error):
     compiled = ptc_capture.optimize(CountingBackend())(fn)
     with pytest.raises(error):
         compiled(torch.randn(2))
+
+
+_CACHE_CALLS: list[str] = []
+
+
+@functools.lru_cache
+def _cached_probe(version):
+    _CACHE_CALLS.append(version)  # eager's first call fills the cache; later ones do not run this
+    return tuple(int(part) for part in version.split("."))
+
+
+def _marked_constant():
+    return 4
+
+
+_marked_constant._dynamo_marked_constant = True  # what torch._dynamo.assume_constant_result sets
+
+
+class _Log:
+    @functools.lru_cache(None)  # noqa: B019 (a per-instance cache is the point: transformers' warning_once)
+    def once(self, message):
+        _CACHE_CALLS.append(message)
+
+
+_LOG = _Log()
+
+
+def _cached_calls(x):
+    _LOG.once("note")
+    if _cached_probe("2.9.0") >= (2, 9):
+        x = x + 1
+    return x * _marked_constant()
+
+
+def test_lru_cached_and_constant_marked_functions_answer_as_eager_in_one_graph():
+    _CACHE_CALLS.clear()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_cached_calls)
+    compare_with_eager(compiled, _cached_calls, torch.randn(3))
+    compare_with_eager(compiled, _cached_calls, torch.randn(3))
+    assert backend.count == 1
+    assert _CACHE_CALLS == ["note", "2.9.0"]  # each body ran once, as the caches have it
+
+
+class _Width:
+    def __init__(self, width):
+        self.width = width
+
+
+@functools.lru_cache
+def _width_of(config):
+    return config.width
+
+
+def _scaled_by_width(x, config):
+    return x * _width_of(config)
+
+
+def test_a_cached_answer_for_an_object_argument_holds_only_for_that_object():
+    # The cache answers per object: another object of the same class must not reuse the answer.
+    compiled = ptc_capture.optimize(CountingBackend())(_scaled_by_width)
+    x = torch.randn(3)
+    for width in (2, 3):
+        compare_with_eager(compiled, _scaled_by_width, x, _Width(width))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -140,3 +141,41 @@ def _reads_model_output(x, out):
 def test_dict_methods_of_a_model_output_argument_trace_in_one_graph():
     x = torch.randn(3)
     _one_graph(_reads_model_output, x, RecordOut(logits=x + 1, hidden=x - 1))
+
+
+def _search_lists_of_tensors(x):
+    items = [x, x]  # (two different tensors of more than one element would make eager's == raise)
+    numbers = [1, 2, 3, 2]
+    return x * items.index(x) + items.count(items[1]) + numbers.index(2, 2) + numbers.index(3, -3, 3)
+
+
+def test_list_index_and_count_over_tensors_compare_by_identity_first():
+    # They read the list's Python value, which tensors have not: an internal capture error.
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_search_lists_of_tensors), _search_lists_of_tensors, torch.randn(3))
+    assert backend.count == 1
+
+
+@dataclasses.dataclass
+class _Tag:
+    name: str
+
+
+def _membership_by_equality(x):
+    items = [x]
+    return x + ([x] in [items]) + (_Tag("a") in [_Tag("a")]) + (None in [x]) + (_Tag("b") in (_Tag("a"),))
+
+
+def _membership_of_a_number_in_tensors(x):
+    return 3 in [x]
+
+
+def test_membership_compares_elements_that_are_not_the_item():
+    # An element that was not the item itself and had no Python value counted as different:
+    # [x] in [[x]] and a dataclass in a list of equal ones were False, where eager says True.
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_membership_by_equality), _membership_by_equality, torch.randn(3))
+    assert backend.count == 1
+    # A one-element tensor equal to the number: the truth of the comparison is data, so the
+    # test runs eagerly (it was answered False at trace time).
+    compare_with_eager(ptc_capture.optimize(CountingBackend())(_membership_of_a_number_in_tensors), _membership_of_a_number_in_tensors, torch.tensor(3))

@@ -279,3 +279,37 @@ def test_break_in_a_frame_too_large_to_resume_runs_it_eagerly():
     backend = CountingBackend()
     compare_with_eager(ptc_capture.optimize(backend)(fn), fn, torch.randn(3))
     assert backend.count == 0
+
+
+def _vmapped_body(a, b):
+    return a * b + a.sin()
+
+
+def _vmapped(x, y):
+    return torch.vmap(_vmapped_body)(x, y) + 1
+
+
+def test_a_frame_run_by_vmap_after_a_break_runs_eagerly():
+    # torch.vmap breaks the graph and runs eagerly; the frames it runs see functorch's wrapped
+    # tensors, which capture used to try (and fail) to make examples of.
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend)(_vmapped), _vmapped, torch.randn(4, 3), torch.randn(4, 3))
+    assert backend.count == 1  # the code after the break; the vmapped body is not a graph
+    assert "sin" not in backend.ops(0)
+
+
+def _layout_flags(x):
+    return x.is_nested, x.is_sparse, x * 2
+
+
+def test_nested_and_sparse_inputs_run_eagerly_and_dense_ones_are_one_graph():
+    # A nested input raised an internal error and a sparse one read is_sparse as False; the
+    # trace holds only dense strided tensors, whose flags are constants.
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_layout_flags)
+    compare_with_eager(compiled, _layout_flags, torch.randn(3))
+    assert backend.count == 1
+    sparse = torch.randn(2, 2).to_sparse()
+    assert compiled(sparse)[:2] == (False, True)
+    nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
+    assert compiled(nested)[:2] == (True, False)

@@ -97,7 +97,21 @@ def _itertools_kinds(x):
     return total
 
 
+def _membership_in_lazy_iterators(x):
+    # ``in`` takes items up to the first match; the iterator goes on after it.
+    doubled = map(lambda v: v * 2, [1, 2, 3, 4])
+    found = 4 in doubled
+    kept = filter(lambda v: v > 1, [1, 2, 3])
+    missing = 7 in kept  # exhausts it
+    pairs = zip([1, 2, 3], "abc")
+    pair = (2, "b") in pairs
+    squares = (i * i for i in range(6))
+    square = 9 in squares
+    return x * found + x * missing, list(doubled), list(kept), list(pairs), next(squares), pair, square
+
+
 CASES = [
+    _membership_in_lazy_iterators,
     _chain_of_a_list_changed_before_use,
     _chain_of_a_list_changed_while_used,
     _chain_from_iterable_of_a_growing_list,

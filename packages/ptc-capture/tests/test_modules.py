@@ -431,3 +431,23 @@ def test_capture_function_binds_a_decorated_forwards_own_parameters():
     placeholders = [n.target for n in capture.graph.graph.nodes if n.op == "placeholder"]
     assert placeholders == ["l_args_0", "l_self_fc_weight", "l_self_fc_bias"]
     torch.testing.assert_close(capture.graph(x, model.fc.weight, model.fc.bias)[0], model(x))
+
+
+class _Weighted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(3)) for _ in range(3)])
+
+    def forward(self, x):
+        return sum(w * x for w in self.weights) + torch.stack(list(self.weights)).sum(0)
+
+
+def test_iterating_a_parameter_list_is_one_graph_and_sees_appended_parameters():
+    backend = CountingBackend()
+    model = _Weighted()
+    compiled = ptc_capture.optimize(backend)(model)
+    compare_with_eager(compiled, model, torch.randn(3, requires_grad=True), grads=True)
+    assert backend.count == 1
+    model.weights.append(torch.nn.Parameter(torch.ones(3)))  # a new key: the guard misses, a new capture
+    compare_with_eager(compiled, model, torch.randn(3))
+    assert backend.count == 2

@@ -114,3 +114,18 @@ def test_chunked_linear_cross_entropy_is_one_graph(reduction):
     x, w, t = torch.randn(8, 3, requires_grad=True), torch.randn(4, 3, requires_grad=True), torch.randint(0, 4, (8,))
     compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(fn), fn, x, w, t, grads=True)
     assert backend.count == 1
+
+
+def _as_tensor_of_tensors(x, index):
+    same = torch.as_tensor(index, device=index.device)  # transformers' Tapas IndexMap
+    wider = torch.as_tensor(x, dtype=torch.float64)
+    return same * 2, wider, same is index, torch.as_tensor(x) is x, torch.as_tensor([1.0, 2.0]) + x[:2]
+
+
+def test_as_tensor_of_a_tensor_is_that_tensor_or_its_conversion_in_one_graph():
+    # Its meta run copied a meta tensor to the CPU and failed: the call ran after the graph and
+    # every use of its result broke the graph.
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_as_tensor_of_tensors)
+    compare_with_eager(compiled, _as_tensor_of_tensors, torch.randn(3), torch.arange(3))
+    assert backend.count == 1

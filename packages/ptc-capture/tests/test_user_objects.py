@@ -785,3 +785,30 @@ def test_zero_argument_super_reads_a_self_that_lives_in_a_cell():
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_super_with_self_in_a_cell)
     compare_with_eager(compiled, _super_with_self_in_a_cell, torch.randn(3))
     assert backend.count == 1
+
+
+@dataclasses.dataclass(order=True)
+class _Version:
+    major: int
+    minor: int
+
+
+class _Loose:
+    """Equal to any other _Loose; its != is object's, which inverts __eq__."""
+
+    def __eq__(self, other):
+        return isinstance(other, _Loose) or NotImplemented
+
+
+def _compare_objects(x):
+    a, b = _Version(1, 2), _Version(1, 2)
+    flags = (a == b, a != b, _Version(1, 3) == a, a == (1, 2), a < _Version(1, 3), _Loose() == _Loose(), _Loose() != _Loose(), _Loose() == 3)
+    return x + sum(flags), flags
+
+
+def test_comparisons_of_objects_made_in_the_trace_run_their_special_methods():
+    # == between two objects made in the trace answered by identity (a dataclass's generated
+    # __eq__ was never called): False where eager says True, a wrong result.
+    backend = CountingBackend()
+    compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_compare_objects), _compare_objects, torch.randn(3))
+    assert backend.count == 1

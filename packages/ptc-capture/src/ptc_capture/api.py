@@ -86,6 +86,12 @@ class FrameCallback:
             # interpreter/autograd_function.py); its forward must stay eager too.
             framehook.set_code_skip(code, True)
             return None
+        if _FUNCTORCH_ACTIVE():
+            # A frame that torch.vmap/grad runs (left to eager by a graph break, as torch.func
+            # and associative_scan are) sees functorch's wrapped tensors, of which capture cannot
+            # make examples: it runs as eager runs it. Not skipped for good: the same code may
+            # run outside a transform later.
+            return None
         count = cache.count(self)
         stance = _STANCE.name
         reason = None
@@ -129,6 +135,9 @@ class FrameCallback:
             seconds = time.perf_counter() - start
             events.COMPILES.emit(events.CompileEvent(code.co_qualname, code.co_filename, code.co_firstlineno, count, reason, capture, start, seconds))
         return capture.target
+
+
+_FUNCTORCH_ACTIVE: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def _runs_under_autograd_apply(code: types.CodeType, f_locals: Any) -> bool:

@@ -229,9 +229,7 @@ def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:
             # A dict view's iterator reads its values through the view (``over``).
             _tensors_in(var.box.pending() + ([var.box.over] if var.box.over is not None else []), found)
         elif var.kind == "userobj":
-            _tensors_in(list(var.box.attrs.values()), found)
-            if var.box.items is not None:
-                _tensors_in(list(var.box.items.items.values()), found)
+            _tensors_in(var.box.contents(), found)
 
 
 def _check_cells_after(root: Frame, code: types.CodeType, offset: int) -> None:

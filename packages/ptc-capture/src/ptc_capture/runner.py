@@ -16,7 +16,7 @@ import logging
 import math
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from ptc_capture.logs import channel
 from ptc_capture.resume import NULL_MARK, GradModeExit, native_step, resume_parameters, strip_nulls
 from ptc_capture.side_effects import Effect
 from ptc_capture.symbolic_sizes import pytype_of, size_source, symbol_name
-from ptc_capture.variables import IterBox, Var
+from ptc_capture.variables import DictBox, IterBox, ListBox, Var, tuple_of
 
 __all__ = ["BreakPlan", "RunnerSource", "build_runner", "direct_target", "make_replacement"]
 
@@ -125,9 +125,7 @@ class RunnerSource:
             inner = "".join(self.expr(v) + ", " for v in var.items)
             if var.value is tuple or var.value is None:
                 return f"({inner})"
-            if hasattr(var.value, "_make"):  # namedtuple classes take fields, not one tuple
-                return f"{self.k(var.value)}._make(({inner}))"
-            return f"{self.k(var.value)}(({inner}))"
+            return f"{self.k(tuple_of)}({self.k(var.value)}, ({inner}))"
         if kind in ("list", "dict", "iter", "userobj"):
             return self._box(var)
         if kind == "view":
@@ -225,9 +223,7 @@ class RunnerSource:
             cls = var.value
             attrs = "{" + ", ".join(f"{n!r}: {self.expr(v)}" for n, v in var.box.attrs.items() if not is_slot(cls, n)) + "}"
             slots = "{" + ", ".join(f"{n!r}: {self.expr(v)}" for n, v in var.box.attrs.items() if is_slot(cls, n)) + "}"
-            items = "None"
-            if var.box.items is not None:
-                items = "[" + ", ".join(f"({self.k(key)}, {self.expr(v)})" for key, v in var.box.items.items.items()) + "]"
+            items = self._contents(var.box.items)
             name = self.temp(f"{self.k(new_object)}({self.k(cls)}, {attrs}, {items}, {slots})")
         elif var.kind == "dict":
             entries = "{" + ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in var.box.items.items()) + "}"
@@ -237,6 +233,16 @@ class RunnerSource:
             name = self.temp(self._iterator(var.box))
         self.memo[id(var.box)] = name
         return name
+
+    def _contents(self, storage: DictBox | ListBox | set[Any] | None) -> str:
+        # What new_object refills a container subclass with: a dict's pairs, a list's items, a set's values.
+        if storage is None:
+            return "None"
+        if isinstance(storage, DictBox):
+            return "[" + ", ".join(f"({self.k(key)}, {self.expr(v)})" for key, v in storage.items.items()) + "]"
+        if isinstance(storage, ListBox):
+            return "[" + ", ".join(self.expr(v) for v in storage.items) + "]"
+        return self.k(tuple(storage))
 
     def _iterator(self, box: IterBox) -> str:
         # The same items in the same order, read as lazily as the traced iterator would have:
@@ -352,7 +358,7 @@ def _parts(var: Var) -> list[Var]:
         pending: list[Var] = box.pending()
         return pending + ([box.over] if box.over is not None else [])
     if kind == "userobj":
-        return list(box.attrs.values()) + (list(box.items.items.values()) if box.items is not None else [])
+        return box.contents()  # type: ignore[no-any-return]
     if kind == "deferred":
         return list(vars_in((var.value.args, var.value.kwargs)))
     if kind == "closure":
@@ -361,20 +367,28 @@ def _parts(var: Var) -> list[Var]:
 
 
 def new_object(
-    cls: type, attrs: dict[str, Any], items: list[tuple[Any, Any]] | None = None, slots: dict[str, Any] | None = None
+    cls: type, attrs: dict[str, Any], items: Iterable[Any] | None = None, slots: dict[str, Any] | None = None
 ) -> Any:
     """An instance of ``cls`` with ``attrs`` as its __dict__ and ``slots`` in its slots (how objects made in a trace are rebuilt).
 
-    ``items`` are the dict contents of a dict subclass, stored through the base dict's own slot
-    so that a class's ``__setitem__`` override (which may refuse or mirror writes) is not run;
-    slots are stored through ``object.__setattr__``, past a frozen dataclass's ``__setattr__``, as
-    its ``__init__`` does.
+    ``items`` are the contents of a container subclass (a dict's key-value pairs, a list's or a
+    set's items), stored through the base class's own C methods so that a class's overrides
+    (``__setitem__``, ``append``, which may refuse or mirror writes) are not run; slots are
+    stored through ``object.__setattr__``, past a frozen dataclass's ``__setattr__``, as its
+    ``__init__`` does.
     """
+    kind: Any = cls  # narrowed by issubclass below, which the __new__ calls must not see
     if items is None:
-        obj: Any = object.__new__(cls)
+        obj: Any = object.__new__(kind)
+    elif issubclass(cls, list):
+        obj = list.__new__(kind)
+        list.extend(obj, items)
+    elif issubclass(cls, set):
+        obj = set.__new__(kind)
+        set.update(obj, items)
     else:
         base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
-        obj = dict.__new__(cls)
+        obj = dict.__new__(kind)
         for key, value in items:
             base.__setitem__(obj, key, value)
     if attrs:

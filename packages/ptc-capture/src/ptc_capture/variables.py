@@ -8,8 +8,8 @@ tracing), ``callable`` (builtins, torch functions, classes: handled by the call 
 method: ``items[0]`` is self), ``tensor_method`` (``value`` is the method name), ``ctx``
 (a context manager: ``value`` is the grad mode it sets, or an AutocastRegion), ``ctx_exit``
 (its ``__exit__``: the grad mode to restore, or an AutocastExit), ``userobj`` (an instance of a Python class created while
-tracing: ``value`` is its class, its attributes and, for dict subclasses, its contents are in
-an ObjBox; see interpreter/objects.py), ``sym`` (a size computed from dynamic input sizes:
+tracing: ``value`` is its class, its attributes and, for dict, list and set subclasses, its
+contents are in an ObjBox; see interpreter/objects.py), ``sym`` (a size computed from dynamic input sizes:
 ``value`` is a torch.SymInt, SymFloat or SymBool; see symbolic_sizes.py), ``slice`` (a slice
 with a symbolic bound: ``items`` are start, stop and step), ``partial`` (a functools.partial
 made in the trace over values without a Python value: ``items`` are the function, the tuple of
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CellBox", "DictBox", "IterBox", "ListBox", "ObjBox", "Var", "const", "constant_key", "python_value", "size_var",
-    "value_source", "wrap",
+    "tuple_of", "value_source", "wrap",
 ]  # fmt: skip
 
 
@@ -100,10 +100,21 @@ class CellBox:
 
 @dataclass(slots=True, eq=False)
 class ObjBox:
-    """The instance attributes of a Python object created while tracing (``items``: its dict contents, for dict subclasses)."""
+    """The instance attributes of a Python object created while tracing, and, for a subclass of
+    a builtin container, its contents (``items``): a DictBox (dict, OrderedDict), a ListBox
+    (list) or a set of Python constants (set, whose items are hashable values)."""
 
     attrs: dict[str, Var]
-    items: DictBox | None = None
+    items: DictBox | ListBox | set[Any] | None = None
+
+    def contents(self) -> list[Var]:
+        """The Vars the object holds: its attribute values, then its container items."""
+        found = list(self.attrs.values())
+        if isinstance(self.items, DictBox):
+            found += self.items.items.values()
+        elif isinstance(self.items, ListBox):
+            found += self.items.items
+        return found
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -163,8 +174,7 @@ def python_value(var: Var) -> Any:
         values = tuple(python_value(v) for v in var.items)
         if not isinstance(var.value, type) or var.value is tuple:
             return values
-        # A namedtuple class takes its fields one by one; torch.Size takes one sequence.
-        return var.value._make(values) if hasattr(var.value, "_make") else var.value(values)
+        return tuple_of(var.value, values)
     if kind == "list":
         return [python_value(v) for v in var.box.items]
     if kind == "dict":
@@ -184,6 +194,23 @@ def python_value(var: Var) -> Any:
             mapping = python_value(target)
         return var.value(mapping)
     raise TypeError(f"a {kind} value has no Python value at trace time")
+
+
+_HEAP_TYPE = 1 << 9
+"""Py_TPFLAGS_HEAPTYPE: a class defined in Python (https://docs.python.org/3/c-api/typeobj.html#c.Py_TPFLAGS_HEAPTYPE)."""
+
+
+def tuple_of(cls: type, values: tuple[Any, ...]) -> Any:
+    """An instance of the tuple subclass ``cls`` holding ``values``, as a tuple Var of that class stands for it.
+
+    A Python subclass is made by ``tuple.__new__`` itself, past the class's own ``__new__`` and
+    ``__init__`` (whose effects the trace already ran: they may take other arguments, as a
+    namedtuple's ``__new__`` takes one per field); C subclasses (torch.Size, torch.return_types)
+    take one sequence.
+    """
+    if cls.__flags__ & _HEAP_TYPE:
+        return tuple.__new__(cls, values)
+    return cls(values)
 
 
 def is_python_value(var: Var) -> bool:

@@ -9,6 +9,8 @@ from ptc_capture.interpreter import (  # noqa: F401  (registration)
     checks,
     classes,
     collectives,
+    constant_calls,
+    container_slots,
     containers,
     control,
     copying,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ptc_capture.guards import Source
-from ptc_capture.interpreter.calls import BUILTINS, inline_function
+from ptc_capture.interpreter.calls import BUILTINS, call, inline_function
 from ptc_capture.interpreter.classes import made_in_trace, unwrap_descriptor
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot, store_attr
@@ -30,6 +30,7 @@ _TENSOR_CONST_ATTRS: dict[str, Callable[[TensorMeta], Any]] = {
     "is_cpu": lambda m: m.device.type == "cpu",
     "layout": lambda m: torch.strided,
     "is_sparse": lambda m: False,
+    "is_nested": lambda m: False,
     "is_quantized": lambda m: False,
     "is_meta": lambda m: m.device.type == "meta",
 }
@@ -72,6 +73,7 @@ def tensor_attr(frame: Frame, obj: Var, name: str) -> Var:
 # Py_TPFLAGS_IMMUTABLETYPE (https://docs.python.org/3/c-api/typeobj.html#c.Py_TPFLAGS_IMMUTABLETYPE):
 # the attributes of such a type (object, dict, int) cannot be set or deleted.
 _IMMUTABLE_TYPE = 1 << 8
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 
 def _stable_module(value: Any) -> bool:
@@ -132,7 +134,7 @@ def object_attr(frame: Frame, obj: Var, name: str, read: Callable[[Any, str], An
     if obj.source is not None:
         source = Source("raw_attr", name, obj.source) if generic else obj.source.attr(name)
     if source is None and not isinstance(attr, (types.FunctionType, types.BuiltinFunctionType, type)):
-        if _plain_data(attr):
+        if plain_data(attr):
             return from_python(attr)
         raise Unsupported(f"attribute .{name} of an object without a source")
     return frame.state.wrap(attr, source)
@@ -144,11 +146,11 @@ PLAIN_DATA_TYPES: set[type] = set()
 """More immutable value types read as constants (registered by other rules: c10d's reduce ops)."""
 
 
-def _plain_data(value: Any) -> bool:
+def plain_data(value: Any) -> bool:
     """Immutable Python data (numbers, strings, dtypes and tuples of them): its value is all the
     trace needs, so it is read as a constant even without a source (a kernel_size tuple)."""
     if type(value) is tuple:
-        return all(_plain_data(v) for v in value)
+        return all(plain_data(v) for v in value)
     return isinstance(value, _PLAIN_TYPES) or type(value) in PLAIN_DATA_TYPES or _type_annotation(value)
 
 
@@ -185,7 +187,21 @@ def load_attr(frame: Frame, obj: Var, name: str) -> Var:
             return from_python(getattr(obj.value, name))
         except AttributeError as exc:
             raise Raised(f"AttributeError reading .{name} at trace time", exc) from exc
+    if kind == "tuple" and isinstance(obj.value, type) and obj.value is not tuple:
+        # A Python tuple subclass's own methods, properties and class attributes (a namedtuple's
+        # _replace, _asdict); tuple's and C subclasses' (torch.Size.numel) are the container's.
+        for klass in obj.value.__mro__:
+            if klass is tuple:
+                break
+            if klass.__flags__ & _HEAP_TYPE and name in vars(klass):
+                return class_level_attr(frame, obj, name, vars(klass)[name])
     if kind in ("list", "dict", "tuple"):
+        owner = obj.value if kind != "list" and isinstance(obj.value, type) else {"list": list, "dict": dict, "tuple": tuple}[kind]
+        if not hasattr(owner, name):
+            # hasattr(a_namedtuple, "buckets") is False (transformers' Reformer asks): reading a
+            # name the container's class lacks raises, as in eager.
+            why = f"{owner.__name__!r} object has no attribute {name!r}"
+            raise Raised(f"{why} (AttributeError in eager)", AttributeError(why))
         return Var("container_method", name, items=(obj,))
     if kind == "super":
         return super_attr(frame, obj.items[0], obj.items[1], name)
@@ -242,6 +258,12 @@ def generic_userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
         return _missing_attr(frame, obj, name, f"{obj.value.__name__!r} object has no attribute {name!r}")
     if type(attr) is types.MemberDescriptorType:
         return _missing_attr(frame, obj, name, f"slot {name!r} of a {obj.value.__name__} object is not set")
+    return class_level_attr(frame, obj, name, attr)
+
+
+def class_level_attr(frame: Frame, obj: Var, name: str, attr: Any) -> Var:
+    """``obj.<name>`` where the lookup found ``attr`` on the class of ``obj`` (an instance made in the
+    trace: a userobj, or a tuple Var of a subclass): methods bound, descriptors applied."""
     if isinstance(attr, types.FunctionType):
         return Var("method", attr, items=(obj,))
     unwrapped = unwrap_descriptor(frame, frame.state.wrap(obj.value, None), attr)
@@ -249,6 +271,10 @@ def generic_userobj_attr(frame: Frame, obj: Var, name: str) -> Var:
         return unwrapped
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
         return inline_function(frame, attr.fget, None, [obj], {})
+    if isinstance(attr, property) and attr.fget is not None:
+        # A getter that is not Python code (``property(operator.itemgetter(0))``, as
+        # NamedTuple-like classes write fields) is called as any callable.
+        return call(frame, frame.state.wrap(attr.fget, None), [obj], {})
     if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)) and id(attr) in BUILTINS:
         # A C method the class inherits (dict.keys of a dict subclass): its rule takes self first.
         return Var("method", attr, items=(obj,))
@@ -268,9 +294,12 @@ def _missing_attr(frame: Frame, obj: Var, name: str, why: str) -> Var:
 
 def super_attr(frame: Frame, cls: Var, self_var: Var, name: str) -> Var:
     """The Var of ``super(cls, self).<name>`` (methods are bound to ``self_var``)."""
-    if self_var.kind == "userobj" and cls.kind in ("callable", "const"):
+    made_here = self_var.kind == "userobj" or (self_var.kind == "tuple" and isinstance(self_var.value, type))
+    if made_here and cls.kind in ("callable", "const"):
         return _userobj_super_attr(cls.value, self_var, name)
-    if cls.kind not in ("callable", "const", "object") or self_var.kind not in ("module", "object"):
+    # super(C, cls) in a __new__ or a classmethod: a class, read natively as objects are.
+    of_class = self_var.kind == "callable" and isinstance(self_var.value, type)
+    if cls.kind not in ("callable", "const", "object") or (self_var.kind not in ("module", "object") and not of_class):
         raise Unsupported(f"super() over a {self_var.kind}")
     try:
         attr = getattr(super(cls.value, self_var.value), name)

@@ -554,6 +554,25 @@ def _torch_size(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     return Var("tuple", torch.Size, items=items)
 
 
+@builtin(torch.as_tensor)
+def _as_tensor(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+    # as_tensor of a tensor is the tensor itself when its dtype and device match, else a copy
+    # "as if using data.to(dtype=dtype, device=device)"
+    # (https://pytorch.org/docs/stable/generated/torch.as_tensor.html): Tensor.to, which does both.
+    from ptc_capture.interpreter.calls import call, torch_call
+
+    if len(args) == 1 and args[0].kind == "tensor" and set(kwargs) <= {"dtype", "device"}:
+        data, meta = args[0], args[0].meta
+        assert meta is not None
+        chosen = {k: v for k, v in kwargs.items() if not (v.kind == "const" and v.value is None)}
+        dtype = as_const(chosen["dtype"], "as_tensor(dtype=)") if "dtype" in chosen else meta.dtype
+        device = as_const(chosen["device"], "as_tensor(device=)") if "device" in chosen else meta.device
+        if dtype == meta.dtype and torch.device(device) == meta.device:
+            return data  # the same tensor object, as eager returns it
+        return call(frame, Var("tensor_method", "to", items=(data,)), [], chosen)
+    return torch_call(frame, torch.as_tensor, args, kwargs)
+
+
 @builtin(torch._C._is_tracing)
 def _is_jit_tracing(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     # torch.jit.is_tracing() ends in this C query, which models probe on every forward

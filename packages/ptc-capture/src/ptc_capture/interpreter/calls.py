@@ -371,6 +371,15 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
             # distance_function), but a torch function written in Python can be traced through.
             return inline_function(frame, value, fn.source, args, kwargs)
         return torch_call(frame, value, args, kwargs)
+    from ptc_capture.interpreter.constant_calls import constant_call, is_constant_call
+
+    if is_constant_call(value):
+        return constant_call(frame, fn, args, kwargs)
+    if isinstance(value, types.MethodType) and is_constant_call(value.__func__):
+        # A cached function bound as a method (transformers' Logger.warning_once).
+        self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__") if fn.source else None)
+        func_var = frame.state.wrap(value.__func__, fn.source.attr("__func__") if fn.source else None)
+        return constant_call(frame, func_var, [self_var, *args], kwargs)
     if isinstance(value, types.FunctionType):
         return inline_function(frame, value, fn.source, args, kwargs)
     if isinstance(value, torch.nn.Module):
@@ -386,8 +395,10 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         func_source = fn.source.attr("__func__") if fn.source else None
         return inline_function(frame, value.__func__, func_source, [self_var, *args], kwargs)
     name = getattr(value, "__qualname__", None) or type(value).__name__
-    if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields"):
-        return _make_namedtuple(value, args, kwargs)
+    if isinstance(value, type) and issubclass(value, tuple):
+        from ptc_capture.interpreter.container_slots import construct_tuple
+
+        return construct_tuple(frame, fn, args, kwargs)
     if isinstance(value, type):
         from ptc_capture.interpreter.objects import construct, constructible
 
@@ -533,24 +544,6 @@ def tensor_method_name(value: Any) -> str | None:
     # Static methods (Tensor._make_subclass) read through the class are not this; they are
     # stored wrapped, so the raw class attribute is not the value read.
     return name if found is value else None
-
-
-def _make_namedtuple(cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    fields: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]
-    defaults: dict[str, Any] = getattr(cls, "_field_defaults", {})
-    values = dict(zip(fields, args))
-    if len(args) > len(fields):
-        raise Unsupported(f"{cls.__name__}() got too many arguments (TypeError in eager)")
-    for key, value in kwargs.items():
-        if key not in fields or key in values:
-            raise Unsupported(f"{cls.__name__}() got a bad keyword {key!r} (TypeError in eager)")
-        values[key] = value
-    for key in fields:
-        if key not in values:
-            if key not in defaults:
-                raise Unsupported(f"{cls.__name__}() is missing {key!r} (TypeError in eager)")
-            values[key] = from_python(defaults[key])
-    return Var("tuple", cls, items=tuple(values[f] for f in fields))
 
 
 @caller("function", "callable", "object")

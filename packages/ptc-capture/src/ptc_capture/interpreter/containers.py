@@ -9,12 +9,12 @@ from typing import Any
 
 from ptc_capture.interpreter.calls import BUILTINS, Caller, call, caller
 from ptc_capture.interpreter.objects import call_slot, class_attr, dict_base, dict_storage
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported
 from ptc_capture.interpreter.values import as_const, from_python, key_var, sequence_items
 from ptc_capture.interpreter.views import make_view
 from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
 
-__all__ = ["dict_items", "mapping_items", "sort_vars"]
+__all__ = ["dict_items", "list_method", "mapping_items", "sort_vars"]
 
 
 def dict_items(frame: Frame, source: Var, ordered: bool = False) -> dict[Any, Var]:
@@ -97,7 +97,8 @@ def _native_key(key: Var, items: list[Var]) -> bool:
     )
 
 
-def _list_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+def list_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """Trace ``target.<name>(*args, **kwargs)`` for one of list's methods on a list Var."""
     items: list[Var] = target.box.items
     result: Var = const(None)
     if kwargs and name != "sort":
@@ -127,15 +128,32 @@ def _list_method(frame: Frame, target: Var, name: str, args: list[Var], kwargs: 
         items.clear()
     elif name == "reverse":
         items.reverse()
-    elif name in ("index", "count", "copy", "__len__"):
-        if name == "copy":
-            return Var("list", box=ListBox(list(items)))
-        return from_python(getattr(python_value(target), name)(*[as_const(a, "an argument") for a in args]))
+    elif name in ("index", "count"):
+        return _search(frame, items, name, args)
+    elif name == "copy":
+        return Var("list", box=ListBox(list(items)))
     else:
         raise Unsupported(f"list.{name} is not supported")
     if target.source is not None:
         frame.state.side_effects.mutate_contents(target)
     return result
+
+
+def _search(frame: Frame, items: list[Var], name: str, args: list[Var]) -> Var:
+    # list.index(item[, start[, stop]]) and list.count(item), comparing each element as ``in``
+    # does (ops.matches): items need no Python value, and index stops at the first match.
+    from ptc_capture.interpreter.ops import matches
+
+    if not args or len(args) > (3 if name == "index" else 1):
+        raise Unsupported(f"list.{name}() got {len(args)} arguments (TypeError in eager)")
+    if name == "count":
+        return const(sum(1 for element in items if matches(frame, element, args[0])))
+    start, stop = ([as_const(a, "an index bound") for a in args[1:]] + [None, None])[:2]
+    bounds = slice(start, stop)
+    for position in range(len(items))[bounds]:
+        if matches(frame, items[position], args[0]):
+            return const(position)
+    raise Raised("list.index(x): x not in list (ValueError in eager)", ValueError("list.index(x): x not in list"))
 
 
 # Keyword arguments each dict method takes (OrderedDict's own methods take ``last=``).
@@ -344,7 +362,7 @@ def _dict_copy(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -
 def _call_container_method(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     target = fn.items[0]
     if target.kind == "list":
-        return _list_method(frame, target, fn.value, args, kwargs)
+        return list_method(frame, target, fn.value, args, kwargs)
     if target.kind == "dict":
         return _dict_method(frame, target, fn.value, args, kwargs)
     if kwargs:

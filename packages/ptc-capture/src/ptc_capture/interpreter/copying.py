@@ -88,6 +88,9 @@ def copy_value(frame: Frame, var: Var, deep: bool, memo: dict[int, Var] | None =
         memo[id(var)] = result
         for key, value in var.box.items.items():
             result.box.items[key] = copy_value(frame, value, deep, memo) if deep else value
+    elif kind == "userobj" and var.box.items is not None and not isinstance(var.box.items, DictBox):
+        # copy refills a list or set subclass through its own extend/add (copyreg's reduce).
+        raise Unsupported(f"copy.{'deepcopy' if deep else 'copy'} of a {var.value.__name__} object, a list or set subclass")
     elif kind == "userobj":
         result = _copy_object(frame, var, var.value, dict(var.box.attrs), var.box.items, deep, memo)
     elif kind == "object" and var.source is not None:

@@ -2,10 +2,11 @@
 ``__len__``, ``__iter__``, ``__bool__``) and the dict storage of dict subclasses.
 
 An instance made while tracing is a ``userobj`` Var: its class in ``value``, its instance
-attributes in an ObjBox, and for subclasses of dict/OrderedDict (dataclass-style model outputs)
-the dict contents in ``ObjBox.items``. The C slots its methods reach through ``super()``
-(``object.__setattr__``, ``dict.__setitem__``, ``dict.get`` ...) have rules in the BUILTINS table,
-which also serve dict subclasses read from the frame (with a source) and plain dicts.
+attributes in an ObjBox, and for subclasses of dict/OrderedDict (dataclass-style model outputs),
+list and set the container's contents in ``ObjBox.items``. The C slots its methods reach through
+``super()`` (``object.__setattr__``, ``dict.__setitem__``, ``dict.get`` ...) have rules in the
+BUILTINS table, which also serve dict subclasses read from the frame (with a source) and plain
+dicts; list's and set's are in container_slots.py.
 """
 
 from __future__ import annotations
@@ -22,24 +23,33 @@ from ptc_capture.guards import Guard
 from ptc_capture.interpreter.calls import BUILTINS, Caller, call, inline_function
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, sequence_items
-from ptc_capture.variables import DictBox, ObjBox, Var, const, constant_key, value_source
+from ptc_capture.variables import DictBox, ListBox, ObjBox, Var, const, constant_key, value_source
 
 __all__ = [
-    "call_slot", "class_attr", "construct", "constructible", "dict_base", "dict_storage", "has_instance_dict", "has_slot", "is_slot",
+    "call_slot", "class_attr", "construct", "constructible", "container_base", "dict_base", "dict_storage", "has_instance_dict", "has_slot", "is_slot",
     "iterate", "set_instance_attr", "store_attr", "userobj_truth",
 ]  # fmt: skip
 
 _DICT_BASES = (collections.OrderedDict, dict)
+_CONTAINER_BASES = (*_DICT_BASES, list, set)
 _TYPE_CALL = vars(type)["__call__"]
-_DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
+_C_INITS = (dict.__init__, collections.OrderedDict.__init__, list.__init__, set.__init__)
+# Their own attribute lookup is the generic one (PyObject_GenericGetAttr), exposed per type.
+_GENERIC_GETATTRIBUTE = (object.__getattribute__, dict.__getattribute__, list.__getattribute__, set.__getattribute__)
+
+
+def container_base(cls: type) -> type | None:
+    """The builtin container (OrderedDict, dict, list or set) whose storage instances of ``cls`` use, or None."""
+    for klass in cls.__mro__:
+        if klass in _CONTAINER_BASES:
+            return klass
+    return None
 
 
 def dict_base(cls: type) -> type | None:
     """The dict type (OrderedDict or dict) whose storage instances of ``cls`` use, or None."""
-    for klass in cls.__mro__:
-        if klass in _DICT_BASES:
-            return klass
-    return None
+    base = container_base(cls)
+    return base if base in _DICT_BASES else None
 
 
 def class_attr(cls: type, name: str) -> Any:
@@ -63,18 +73,18 @@ def constructible(cls: type) -> bool:
     if (cls.__module__ or "").startswith("torch") and not dataclasses.is_dataclass(cls):
         return False
     new = getattr(cls, "__new__", None)
-    if not (new is object.__new__ or (new is dict.__new__ and dict_base(cls) is not None)):
+    base = container_base(cls)
+    if not (new is object.__new__ or (base is not None and new is base.__new__)):
         return False
     init = getattr(cls, "__init__", None)
-    # dict's and OrderedDict's own __init__ (a subclass that adds only methods) have rules.
-    c_init = init in _DICT_INITS and id(init) in BUILTINS and dict_base(cls) is not None
+    # The containers' own __init__ (a subclass that adds only methods) have rules.
+    c_init = init in _C_INITS and id(init) in BUILTINS and base is not None
     if not (isinstance(init, types.FunctionType) or c_init or (init is object.__init__ and new is object.__new__)):
         return False
     setter = getattr(cls, "__setattr__", None)
     getter = getattr(cls, "__getattribute__", None)
-    # dict's own __getattribute__ slot is the generic lookup too; a Python one is traced on every
-    # read (attrs.userobj_attr).
-    generic = getter in (object.__getattribute__, dict.__getattribute__)
+    # A Python __getattribute__ is traced on every read (attrs.userobj_attr).
+    generic = getter in _GENERIC_GETATTRIBUTE
     return (generic or isinstance(getter, types.FunctionType)) and (
         setter is object.__setattr__ or isinstance(setter, types.FunctionType)
     )
@@ -92,8 +102,7 @@ def has_instance_dict(cls: type) -> bool:
 
 def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Trace ``cls(*args, **kwargs)``: a fresh userobj, then ``__init__`` inlined."""
-    storage = DictBox({}) if dict_base(cls) is not None else None
-    obj = Var("userobj", cls, box=ObjBox({}, storage))
+    obj = Var("userobj", cls, box=ObjBox({}, _empty_storage(container_base(cls))))
     init = class_attr(cls, "__init__")
     if init is object.__init__:
         if args or kwargs:
@@ -106,6 +115,14 @@ def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) 
     if not (result.kind == "const" and result.value is None):
         raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
     return obj
+
+
+def _empty_storage(base: type | None) -> DictBox | ListBox | set[Any] | None:
+    if base is None:
+        return None
+    if base is list:
+        return ListBox([])
+    return set() if base is set else DictBox({})
 
 
 def _dataclass_replace(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
@@ -206,7 +223,7 @@ def dict_storage(frame: Frame, var: Var) -> tuple[DictBox, bool]:
     """The dict contents behind ``var`` and whether the trace may change them."""
     if var.kind == "dict":
         return var.box, True
-    if var.kind == "userobj" and var.box.items is not None:
+    if var.kind == "userobj" and isinstance(var.box.items, DictBox):
         return var.box.items, True
     if var.kind == "object" and isinstance(var.value, dict) and var.source is not None:
         return _sourced_view(frame, var), False

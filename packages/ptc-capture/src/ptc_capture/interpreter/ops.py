@@ -18,11 +18,12 @@ from ptc_capture.interpreter.values import (
     from_python,
     graph_call,
     is_plain_tuple,
+    iter_next,
     module_child_source,
     sequence_items,
     truth,
 )
-from ptc_capture.variables import DictBox, ListBox, Var, const, is_python_value, python_value
+from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add, "&": operator.and_, "//": operator.floordiv, "<<": operator.lshift,
@@ -95,15 +96,64 @@ def binary(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
             graph_call(frame, "call_method", _TENSOR_INPLACE[symbol], (a, b), {})
             return a
         return graph_call(frame, "call_function", fn, (a, b), {})
+    if a.kind == "userobj" or b.kind == "userobj":
+        return _object_binary(frame, fn.__name__.rstrip("_"), inplace, a, b)
     sequence = _sequence_binary(frame, base, inplace, a, b)
     if sequence is not None:
         return sequence
     return fold(fn, a, b)
 
 
+def _special_method(frame: Frame, obj: Var, method: str, other: Var) -> Var | None:
+    """``obj.<method>(other)`` for an object made in the trace, None where its class lacks the
+    method or it returned NotImplemented."""
+    from ptc_capture.interpreter.objects import call_slot, has_slot
+
+    if obj.kind != "userobj":
+        return None
+    if method == "__ne__" and not has_slot(obj, "__ne__"):
+        # object.__ne__ inverts __eq__ (https://docs.python.org/3/reference/datamodel.html#object.__ne__).
+        equal = _special_method(frame, obj, "__eq__", other)
+        return None if equal is None else const(not truth(equal, frame))
+    if not has_slot(obj, method):
+        return None
+    result = call_slot(frame, obj, method, [other])
+    return None if result.kind == "const" and result.value is NotImplemented else result
+
+
+def _special_pair(frame: Frame, a: Var, own: str, b: Var, reflected: str) -> Var | None:
+    """``a.<own>(b)``, else ``b.<reflected>(a)``, in the data model's order: the reflected one first
+    where b's class is a subclass of a's that overrides it
+    (https://docs.python.org/3/reference/datamodel.html#object.__radd__); None where neither answers."""
+    from ptc_capture.interpreter.builtins import python_type
+    from ptc_capture.interpreter.objects import class_attr
+
+    left, right = python_type(a), python_type(b)
+    order = [(a, own, b), (b, reflected, a)]
+    if left is not right and issubclass(right, left) and class_attr(right, reflected) is not class_attr(left, reflected):
+        order.reverse()
+    for obj, method, other in order:
+        done = _special_method(frame, obj, method, other)
+        if done is not None:
+            return done
+    return None
+
+
+def _object_binary(frame: Frame, name: str, inplace: bool, a: Var, b: Var) -> Var:
+    """``a <op> b`` where an operand is an object made in the trace: its class's special methods
+    (``__i<op>__`` first for an in-place operator, then ``__<op>__`` and ``__r<op>__``)."""
+    done = _special_method(frame, a, f"__i{name}__", b) if inplace else None
+    if done is None:
+        done = _special_pair(frame, a, f"__{name}__", b, f"__r{name}__")
+    if done is None:
+        raise Unsupported(f"operator {name} of a {a.kind} and a {b.kind} value that define no {name}")
+    return done
+
+
 def _sequence_binary(frame: Frame, op: str, inplace: bool, a: Var, b: Var) -> Var | None:
-    if op == "+" and a.kind == "tuple" and b.kind == "tuple" and a.value is b.value:
-        return Var("tuple", a.value, items=a.items + b.items)
+    if op == "+" and a.kind == "tuple" and b.kind == "tuple":
+        # tuple's + and * make plain tuples, of namedtuples too; torch.Size's own make a Size.
+        return Var("tuple", torch.Size if torch.Size in (a.value, b.value) else tuple, items=a.items + b.items)
     if op == "+" and a.kind == "list" and b.kind in ("list", "tuple"):
         extra = b.box.items if b.kind == "list" else list(b.items)
         if inplace:
@@ -125,7 +175,7 @@ def _sequence_binary(frame: Frame, op: str, inplace: bool, a: Var, b: Var) -> Va
         return a
     if op == "*" and a.kind in ("tuple", "list") and b.kind == "const" and type(b.value) is int:
         if a.kind == "tuple":
-            return Var("tuple", a.value, items=a.items * b.value)
+            return Var("tuple", torch.Size if a.value is torch.Size else tuple, items=a.items * b.value)
         if not inplace:
             return Var("list", box=ListBox(a.box.items * b.value))
     return None
@@ -143,11 +193,32 @@ def compare(frame: Frame, symbol: str, a: Var, b: Var) -> Var:
     fn = _COMPARE[symbol]
     if a.kind in _TENSORS or b.kind in _TENSORS:
         return graph_call(frame, "call_function", fn, (a, b), {})
+    if a.kind == "userobj" or b.kind == "userobj":
+        # Its class's rich comparison (a dataclass's generated __eq__, set.__eq__ of a set
+        # subclass); == and != fall back to identity where neither side answers.
+        own, reflected = _RICH[symbol]
+        done = _special_pair(frame, a, own, b, reflected)
+        if done is not None:
+            return done
+        if symbol not in ("==", "!="):
+            raise Unsupported(f"{symbol} between a {a.kind} and a {b.kind} value that define no ordering (TypeError in eager)")
+    if symbol in ("==", "!=") and a.kind == b.kind and a.kind in ("tuple", "list"):
+        # Sequences are equal when their items are, each pair by identity first, then ==.
+        left, right = (a.items, b.items) if a.kind == "tuple" else (a.box.items, b.box.items)
+        equal = len(left) == len(right) and all(matches(frame, x, y) for x, y in zip(left, right))
+        return const(equal if symbol == "==" else not equal)
     if symbol in ("==", "!=") and not (is_python_value(a) and is_python_value(b)):
         same = _same_object(a, b)
         if same is not None:
             return const(same if symbol == "==" else not same)
     return fold(fn, a, b)
+
+
+# Each comparison's special method and its reflection (``a < b`` is also ``b.__gt__(a)``).
+_RICH: dict[str, tuple[str, str]] = {
+    "==": ("__eq__", "__eq__"), "!=": ("__ne__", "__ne__"), "<": ("__lt__", "__gt__"), "<=": ("__le__", "__ge__"),
+    ">": ("__gt__", "__lt__"), ">=": ("__ge__", "__le__"),
+}  # fmt: skip
 
 
 @handler("COMPARE_OP")
@@ -187,6 +258,20 @@ def _is_op(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(const(same != bool(inst.arg)))
 
 
+def matches(frame: Frame, element: Var, item: Var) -> bool:
+    """Whether a container's ``element`` is ``item`` or equals it, as ``in``, ``index`` and
+    ``count`` decide (PyObject_RichCompareBool: identity first, then ``element == item``)."""
+    if _same_object(element, item):
+        return True
+    none = (element.kind == "const" and element.value is None) or (item.kind == "const" and item.value is None)
+    if none and "userobj" not in (element.kind, item.kind):
+        # None equals only itself, and a tensor's == says False to it: no comparison to trace.
+        return False
+    # Anything else is compared, as eager does: [x] == [x] by their items, a dataclass by its
+    # __eq__, two tensors by a graph op whose truth value is data (a graph break).
+    return truth(compare(frame, "==", element, item), frame)
+
+
 def contains(frame: Frame, item: Var, container: Var) -> bool:
     """``item in container`` at trace time."""
     if container.kind == "dict":
@@ -200,20 +285,27 @@ def contains(frame: Frame, item: Var, container: Var) -> bool:
         return contains(frame, item, Var("tuple", tuple, items=tuple(view_contents(frame, container))))
     if container.kind in ("tuple", "list"):
         items = container.items if container.kind == "tuple" else container.box.items
-        for other in items:
-            same = _same_object(item, other)
-            if same is None or (not same and is_python_value(item) and is_python_value(other)):
-                same = truth(compare(frame, "==", item, other))
-            if same:
+        return any(matches(frame, other, item) for other in items)
+    if container.kind == "iter":
+        # An iterator is searched by taking items until one matches (PySequence_Contains's
+        # iteration): what follows the match is left for later reads, an exhausted one stays so.
+        other = iter_next(frame, container)
+        while other is not None:
+            if matches(frame, other, item):
                 return True
+            other = iter_next(frame, container)
         return False
     if container.kind == "userobj":
-        from ptc_capture.interpreter.objects import call_slot, has_slot, iterate
+        from ptc_capture.interpreter.objects import call_slot, has_slot
 
         if has_slot(container, "__contains__"):
             return truth(call_slot(frame, container, "__contains__", [item]), frame)
-        # Without __contains__, ``in`` walks the iteration (the data model's fallback).
-        return contains(frame, item, Var("tuple", tuple, items=tuple(iterate(frame, container))))
+        # Without __contains__, ``in`` walks the iteration (the data model's fallback), stopping
+        # at the first match.
+        iterator = call_slot(frame, container, "__iter__", [])
+        if iterator.kind != "iter":
+            iterator = Var("iter", box=IterBox(sequence_items(frame, iterator)))
+        return contains(frame, item, iterator)
     if container.kind == "tensor" or item.kind == "tensor":
         raise Unsupported("membership test on a tensor")
     return bool(as_const(item, "in") in as_const(container, "in"))
@@ -414,6 +506,11 @@ def _store_slice(frame: Frame, inst: dis.Instruction) -> None:
 def _delete_subscr(frame: Frame, inst: dis.Instruction) -> None:
     index = frame.pop()
     obj = frame.pop()
+    delitem(frame, obj, index)
+
+
+def delitem(frame: Frame, obj: Var, index: Var) -> None:
+    """Trace ``del obj[index]``."""
     if obj.kind == "userobj":
         from ptc_capture.interpreter.objects import call_slot
 

@@ -116,6 +116,10 @@ class CaptureState:
         ty = type(tensor)
         if ty not in (torch.Tensor, torch.nn.Parameter):
             raise Unsupported(f"tensor subclass {ty.__name__} is not supported")
+        if tensor.is_nested or tensor.layout is not torch.strided:
+            # No sizes or strides a TensorMeta can hold; the trace's tensors are all dense and
+            # strided (attrs' is_nested, is_sparse and layout rely on it).
+            raise Unsupported(f"a {'nested' if tensor.is_nested else str(tensor.layout)} tensor is not supported")
         request = self.dynamic.request(tensor, source)
         try:
             var = self.graph.placeholder(tensor, source, request.dims)

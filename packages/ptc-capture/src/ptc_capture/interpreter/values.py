@@ -17,7 +17,7 @@ from ptc_capture.symbolic_sizes import SYM_TYPES, concrete
 from ptc_capture.variables import DictBox, IterBox, ListBox, Var, const, is_python_value, python_value, size_var
 
 __all__ = [
-    "as_const", "defer_call", "from_python", "get_iter", "graph_call", "has_tensor", "is_plain_tuple", "iter_next", "key_var", "module_child_source",
+    "as_const", "defer_call", "from_python", "get_iter", "graph_call", "has_tensor", "is_plain_tuple", "overridden_tuple_slot", "iter_next", "key_var", "module_child_source",
     "sequence_items", "truth", "unpack_deferred",
 ]  # fmt: skip
 
@@ -150,6 +150,12 @@ def sequence_items(frame: Frame, var: Var) -> list[Var]:
         return [state.wrap(v, var.source.item(i)) for i, v in enumerate(var.value)]
     if kind in ("object", "const") and isinstance(var.value, (dict, tuple, list)):
         return [from_python(v) for v in var.value]
+    if kind == "module" and isinstance(var.value, torch.nn.ParameterList) and var.source is not None:
+        # Its items are its parameters in key order ("0", "1", ...), each read through the
+        # table as ``self[i]`` reads it; which keys there are is guarded.
+        table, source = var.value._parameters, var.source.attr("_parameters")
+        frame.state.guards.add(Guard("keys", source, (type(table), tuple(table))))
+        return [frame.state.wrap(p, source.item(name)) for name, p in table.items()]
     if kind == "module" and isinstance(var.value, (torch.nn.ModuleList, torch.nn.Sequential)):
         children = []
         for name, child in var.value._modules.items():
@@ -186,6 +192,14 @@ def get_iter(frame: Frame, var: Var) -> Var:
         from ptc_capture.interpreter.views import keys_view, view_iter
 
         return view_iter(frame, keys_view(var) if var.kind == "dict" else var)
+    if var.kind == "userobj":
+        from ptc_capture.interpreter.calls import BUILTINS
+        from ptc_capture.interpreter.objects import call_slot, class_attr
+
+        if id(class_attr(var.value, "__iter__")) in BUILTINS:
+            # A container subclass's own C iterator: live over its contents, as list's reads
+            # by index (an item appended after iter() is still reached).
+            return call_slot(frame, var, "__iter__", [])
     return Var("iter", box=IterBox(sequence_items(frame, var)))
 
 
@@ -223,9 +237,25 @@ def iter_next(frame: Frame, var: Var) -> Var | None:
         box.inner, box.items, box.pos = get_iter(frame, source), [], 0
 
 
+# The behaviour a tuple Var gives its items (indexing, iteration, length, membership, comparison,
+# concatenation, attribute lookup): a tuple subclass that overrides none of them is one. (Named
+# methods such as ``count`` may be shadowed, by a namedtuple field: attribute lookup finds those.)
+_TUPLE_SLOTS = (
+    "__getitem__", "__iter__", "__len__", "__contains__", "__reversed__", "__bool__", "__eq__", "__ne__", "__lt__",
+    "__le__", "__gt__", "__ge__", "__hash__", "__add__", "__mul__", "__rmul__", "__getattribute__", "__setattr__",
+)  # fmt: skip
+
+
 def is_plain_tuple(ty: type) -> bool:
     """A tuple subclass that iterates and indexes as a tuple (namedtuples)."""
     return issubclass(ty, tuple) and ty.__iter__ is tuple.__iter__ and ty.__getitem__ is tuple.__getitem__
+
+
+def overridden_tuple_slot(ty: type) -> str | None:
+    """The first of tuple's slots that the tuple subclass ``ty`` overrides, or None: a tuple Var of
+    a subclass made in the trace behaves as a tuple in all of them (namedtuples, a subclass adding
+    methods)."""
+    return next((name for name in _TUPLE_SLOTS if getattr(ty, name, None) is not getattr(tuple, name, None)), None)
 
 
 _CONTAINER_ABCS = (collections.abc.Sequence, collections.abc.Set, collections.abc.Mapping, collections.abc.MappingView)
