@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ptc_capture.bytecode.exceptiontable import ExceptionTableEntry, decode_exception_table, encode_exception_table
-from ptc_capture.interpreter.state import Unsupported
+from ptc_capture.interpreter.state import Unsupported, call_operands
 from ptc_capture.logs import channel
 
 __all__ = [
@@ -45,6 +45,9 @@ class _Null:
 NULL_MARK = _Null()
 
 _HASFREE = frozenset(dis.hasfree)
+_PAIR_OPS = ("LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST")
+_HASLOCAL_PAIR = frozenset(opcode.opmap[name] for name in _PAIR_OPS if name in opcode.opmap)
+_HASLOCAL = frozenset(dis.haslocal) - _HASLOCAL_PAIR
 _EXTENDED_ARG = opcode.opmap["EXTENDED_ARG"]
 _CACHE = opcode.opmap.get("CACHE", 0)
 # One "no location" line-table entry (code 15) covers up to 8 code units
@@ -195,16 +198,24 @@ def _fresh_names(taken: tuple[str, ...], n: int) -> tuple[str, ...]:
 def _remap_cell_indices(raw: bytes, index_map: dict[int, int]) -> bytes:
     # Cell and free variables are addressed by their index in the frame's "fast locals"
     # (https://docs.python.org/3.11/library/dis.html#opcode-LOAD_DEREF); the resume
-    # function's extra parameters move them.
+    # function's extra parameters move them. 3.13 also reads a free variable's cell with
+    # LOAD_FAST (its LOAD_CLOSURE), so local-slot instructions are remapped too: below the
+    # free variables the map is the identity.
     out = bytearray(raw)
     extended = False
     for i in range(0, len(out), 2):
         op, arg = out[i], out[i + 1]
-        if op in _HASFREE:
+        if op in _HASFREE or op in _HASLOCAL:
             new = index_map[arg]
             if new != arg and (extended or new > 255):
                 raise Unsupported("too many cell variables to resume")
             out[i + 1] = new
+        elif op in _HASLOCAL_PAIR:
+            # Two 4-bit slot indices (https://docs.python.org/3.13/library/dis.html#opcode-LOAD_FAST_LOAD_FAST).
+            high, low = index_map[arg >> 4], index_map[arg & 15]
+            if extended or high > 15 or low > 15:
+                raise Unsupported("too many cell variables to resume")
+            out[i + 1] = high << 4 | low
         extended = op == _EXTENDED_ARG
     return bytes(out)
 
@@ -254,7 +265,7 @@ def _run_call(stack: list[Any], inst: dis.Instruction, kw_names: tuple[str, ...]
     del stack[len(stack) - argc :]
     second = stack.pop()
     first = stack.pop()
-    fn, args = (second, values) if first is NULL_MARK else (first, [second, *values])
+    fn, args = call_operands(first, second, values, NULL_MARK)
     kwargs = {}
     if kw_names:
         split = len(args) - len(kw_names)
@@ -269,6 +280,18 @@ def _call_layouts(nulls: tuple[bool, ...], inst: dis.Instruction, insts: list[di
 
 
 native("PRECALL" if not PY312 else "CALL")(Native(_run_call, _call_layouts))
+
+
+def _run_call_kw(stack: list[Any], inst: dis.Instruction, kw_names: tuple[str, ...], insts: list[dis.Instruction]) -> int:
+    # 3.13's CALL_KW: CALL with the keyword names in a tuple on top of the arguments.
+    return _run_call(stack, inst, tuple(stack.pop()), insts)
+
+
+def _call_kw_layouts(nulls: tuple[bool, ...], inst: dis.Instruction, insts: list[dis.Instruction]) -> dict[int, tuple[bool, ...]]:
+    return _call_layouts(nulls[:-1], inst, insts)
+
+
+NATIVE["CALL_KW"] = Native(_run_call_kw, _call_kw_layouts)
 
 
 _JUMP_TESTS: dict[str, Callable[[Any], bool]] = {

@@ -14,10 +14,10 @@ from ptc_capture.interpreter.calls import BUILTINS, call, inline_function
 from ptc_capture.interpreter.classes import made_in_trace, unwrap_descriptor
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.objects import class_attr, has_instance_dict, is_slot, store_attr
-from ptc_capture.interpreter.state import Frame, Raised, Unsupported
+from ptc_capture.interpreter.state import PY312, Frame, Raised, Unsupported
 from ptc_capture.interpreter.values import from_python, graph_call, module_child_source
 from ptc_capture.symbolic_sizes import concrete
-from ptc_capture.variables import NULL, DictBox, Var, const, size_var
+from ptc_capture.variables import DictBox, Var, const, size_var
 from ptc_spec import TensorMeta
 
 # Tensor attributes that are static under the guards (shape, dtype, device, requires_grad).
@@ -350,32 +350,33 @@ def _load_super_attr(frame: Frame, inst: dis.Instruction) -> None:
     self_var = frame.pop()
     cls = frame.pop()
     frame.pop()
+    value = super_attr(frame, cls, self_var, inst.argval)
     if inst.arg is not None and inst.arg & 1:
-        frame.push(NULL)
-    frame.push(super_attr(frame, cls, self_var, inst.argval))
+        frame.push_callable(value)
+    else:
+        frame.push(value)
 
 
 @handler("LOAD_ATTR")
 def _load_attr(frame: Frame, inst: dis.Instruction) -> None:
     obj = frame.pop()
+    value = load_attr(frame, obj, inst.argval)
     # 3.12 folds LOAD_METHOD into LOAD_ATTR with the low bit set
     # (https://docs.python.org/3.12/library/dis.html#opcode-LOAD_ATTR).
-    if inst.opname == "LOAD_ATTR" and _is_method_load(inst):
-        frame.push(NULL)
-    frame.push(load_attr(frame, obj, inst.argval))
+    if _is_method_load(inst):
+        frame.push_callable(value)
+    else:
+        frame.push(value)
 
 
 def _is_method_load(inst: dis.Instruction) -> bool:
-    import sys
-
-    return sys.version_info >= (3, 12) and inst.arg is not None and bool(inst.arg & 1)
+    return PY312 and inst.arg is not None and bool(inst.arg & 1)
 
 
 @handler("LOAD_METHOD")
 def _load_method(frame: Frame, inst: dis.Instruction) -> None:
     obj = frame.pop()
-    frame.push(NULL)
-    frame.push(load_attr(frame, obj, inst.argval))
+    frame.push_callable(load_attr(frame, obj, inst.argval))
 
 
 @handler("STORE_ATTR")

@@ -14,6 +14,7 @@ the call is a graph break and runs eagerly, where autograd calls the user's back
 
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Any
 
@@ -23,15 +24,28 @@ from ptc_capture.interpreter.calls import inline_function
 from ptc_capture.interpreter.state import Frame, Unsupported
 from ptc_capture.variables import ObjBox, Var, const
 
-__all__ = ["TracedFunctionCtx", "apply_function", "is_apply_of"]
+__all__ = ["TracedFunctionCtx", "apply_function", "c_apply_owner", "is_apply_of"]
 
-_APPLY = vars(torch.autograd.Function)["apply"].__func__  # the classmethod's function
+# Function.apply is a classmethod written in Python up to torch 2.13, and _FunctionBase's C
+# classmethod (a classmethod_descriptor, without __func__) from 2.14.
+_APPLY_ENTRY = vars(torch.autograd.Function)["apply"]
+_APPLY = getattr(_APPLY_ENTRY, "__func__", _APPLY_ENTRY)
 _DEFAULT_SETUP_CONTEXT = torch.autograd.function._SingleLevelFunction.setup_context
 
 
 def is_apply_of(func: Any, owner: Any) -> bool:
     """True for ``SomeFunction.apply``: autograd.Function's own ``apply`` bound to a subclass."""
     return func is _APPLY and isinstance(owner, type) and issubclass(owner, torch.autograd.Function)
+
+
+def c_apply_owner(value: Any) -> type | None:
+    """The Function subclass of ``SomeFunction.apply`` where apply is torch's C classmethod (2.14+), else None."""
+    if not isinstance(value, types.BuiltinMethodType) or getattr(value, "__name__", None) != "apply":
+        return None
+    owner = value.__self__
+    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) and inspect.getattr_static(owner, "apply") is _APPLY_ENTRY:
+        return owner
+    return None
 
 
 class TracedFunctionCtx:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dis
+from typing import Any
 
 from ptc_capture.interpreter.containers import mapping_items
 from ptc_capture.interpreter.loop import handler
@@ -87,11 +88,32 @@ def _format_value(frame: Frame, inst: dis.Instruction) -> None:
     # Low two bits pick the conversion (!s, !r, !a); bit 4 says a format spec is on the stack
     # (https://docs.python.org/3.11/library/dis.html#opcode-FORMAT_VALUE).
     spec = as_const(frame.pop(), "a format spec") if iarg(inst) & 0x04 else ""
-    value = as_const(frame.pop(), "an f-string value")
-    conversion = {0: None, 1: str, 2: repr, 3: ascii}[iarg(inst) & 0x03]
-    if conversion is not None:
-        value = conversion(value)
+    value = _converted(frame.pop(), iarg(inst) & 0x03)
     frame.push(const(format(value, spec)))
+
+
+def _converted(var: Var, conversion: int) -> Any:
+    value = as_const(var, "an f-string value")
+    convert = {0: None, 1: str, 2: repr, 3: ascii}[conversion]
+    return value if convert is None else convert(value)
+
+
+# 3.13 splits FORMAT_VALUE into CONVERT_VALUE, FORMAT_SIMPLE and FORMAT_WITH_SPEC
+# (https://docs.python.org/3.13/library/dis.html#opcode-CONVERT_VALUE).
+@handler("CONVERT_VALUE")
+def _convert_value(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(const(_converted(frame.pop(), iarg(inst))))
+
+
+@handler("FORMAT_SIMPLE")
+def _format_simple(frame: Frame, inst: dis.Instruction) -> None:
+    frame.push(const(format(as_const(frame.pop(), "an f-string value"), "")))
+
+
+@handler("FORMAT_WITH_SPEC")
+def _format_with_spec(frame: Frame, inst: dis.Instruction) -> None:
+    spec = as_const(frame.pop(), "a format spec")
+    frame.push(const(format(as_const(frame.pop(), "an f-string value"), spec)))
 
 
 @handler("LIST_APPEND")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import dis
 import functools
 import inspect
@@ -20,7 +21,7 @@ from ptc_capture.guards import Source
 from ptc_capture.interpreter.dispatcher_ops import binding_op, custom_op_overload, dispatcher_call, is_dispatcher_op
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.ops import has_sym
-from ptc_capture.interpreter.state import Frame, Raised, Unsupported, iarg
+from ptc_capture.interpreter.state import PY313, Frame, Raised, Unsupported, call_operands, iarg
 from ptc_capture.interpreter.values import (
     STORAGE_MUTATORS,
     as_const,
@@ -78,10 +79,7 @@ def _split_call(frame: Frame, nargs: int) -> tuple[Var, list[Var], dict[str, Var
     first, second = frame.popn(2)
     kw_names = frame.kw_names
     frame.kw_names = ()
-    if first is NULL:
-        fn, args = second, values
-    else:
-        fn, args = first, [second, *values]
+    fn, args = call_operands(first, second, values, NULL)
     kwargs: dict[str, Var] = {}
     if kw_names:
         positional = len(args) - len(kw_names)
@@ -107,13 +105,26 @@ def _call(frame: Frame, inst: dis.Instruction) -> None:
     frame.push(call(frame, fn, args, kwargs))
 
 
+@handler("CALL_KW")
+def _call_kw(frame: Frame, inst: dis.Instruction) -> None:
+    # 3.13 replaces KW_NAMES + CALL: the keyword names are a tuple on top of the arguments
+    # (https://docs.python.org/3.13/library/dis.html#opcode-CALL_KW).
+    frame.kw_names = tuple(as_const(frame.pop(), "keyword names"))
+    _call(frame, inst)
+
+
 @handler("CALL_FUNCTION_EX")
 def _call_function_ex(frame: Frame, inst: dis.Instruction) -> None:
     kwargs_var = frame.pop() if iarg(inst) & 1 else None
     args_var = frame.pop()
-    fn = frame.pop()
-    if frame.stack and frame.stack[-1] is NULL:
+    if PY313:
+        # callable, NULL, args (https://docs.python.org/3.13/library/dis.html#opcode-CALL_FUNCTION_EX).
         frame.pop()
+        fn = frame.pop()
+    else:
+        fn = frame.pop()
+        if frame.stack and frame.stack[-1] is NULL:
+            frame.pop()
     args = sequence_items(frame, args_var)
     kwargs: dict[str, Var] = {}
     if kwargs_var is not None:
@@ -154,6 +165,26 @@ def _make_function(frame: Frame, inst: dis.Instruction) -> None:
     if flags & 0x01:
         defaults = tuple(frame.pop().items)
     made = MadeFunction(code_var.value, defaults, kwdefaults, cells, frame.f_globals, frame.globals_source)
+    frame.push(Var("closure", made))
+
+
+@handler("SET_FUNCTION_ATTRIBUTE")
+def _set_function_attribute(frame: Frame, inst: dis.Instruction) -> None:
+    # 3.13's MAKE_FUNCTION takes only the code; each attribute MAKE_FUNCTION's flags named
+    # before is set on the new function by one of these, same flag values
+    # (https://docs.python.org/3.13/library/dis.html#opcode-SET_FUNCTION_ATTRIBUTE).
+    fn = frame.pop()
+    value = frame.pop()
+    made = fn.value
+    flag = iarg(inst)
+    if flag == 0x08:
+        made = dataclasses.replace(made, cells=tuple(v.box for v in value.items))
+    elif flag == 0x02:
+        made = dataclasses.replace(made, kwdefaults={str(k): v for k, v in value.box.items.items()})
+    elif flag == 0x01:
+        made = dataclasses.replace(made, defaults=tuple(value.items))
+    elif flag != 0x04:  # annotations are not kept, as with MAKE_FUNCTION
+        raise Unsupported(f"SET_FUNCTION_ATTRIBUTE {flag:#x}")
     frame.push(Var("closure", made))
 
 
@@ -394,6 +425,13 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         self_var = frame.state.wrap(value.__self__, fn.source.attr("__self__") if fn.source else None)
         func_source = fn.source.attr("__func__") if fn.source else None
         return inline_function(frame, value.__func__, func_source, [self_var, *args], kwargs)
+    if isinstance(value, types.BuiltinMethodType):
+        from ptc_capture.interpreter.autograd_function import apply_function, c_apply_owner
+
+        apply_owner = c_apply_owner(value)
+        if apply_owner is not None:
+            class_var = frame.state.wrap(apply_owner, fn.source.attr("__self__") if fn.source else None)
+            return apply_function(frame, class_var, apply_owner, args, kwargs)
     name = getattr(value, "__qualname__", None) or type(value).__name__
     if isinstance(value, type) and issubclass(value, tuple):
         from ptc_capture.interpreter.container_slots import construct_tuple

@@ -10,7 +10,7 @@ import torch
 from ptc_capture.autocast_state import AutocastRegion
 from ptc_capture.interpreter.autocast import enter_region
 from ptc_capture.interpreter.loop import handler
-from ptc_capture.interpreter.state import Frame, Raised, Unsupported, iarg
+from ptc_capture.interpreter.state import PY313, Frame, Raised, Unsupported, iarg
 from ptc_capture.interpreter.values import as_const, get_iter, iter_next, sequence_items, truth
 from ptc_capture.variables import Var, const
 from ptc_spec import META_KEY
@@ -81,9 +81,10 @@ def _for_iter(frame: Frame, inst: dis.Instruction) -> None:
     frame.pop()
     frame.jump(inst.argval)
     # 3.12 jumps to END_FOR and skips it, having popped the iterator itself
-    # (https://docs.python.org/3.12/library/dis.html#opcode-FOR_ITER).
+    # (https://docs.python.org/3.12/library/dis.html#opcode-FOR_ITER); 3.13 skips the
+    # POP_TOP after END_FOR too (END_FOR + POP_TOP pop what 3.12's END_FOR pops).
     if frame.instructions[frame.ip].opname == "END_FOR":
-        frame.ip += 1
+        frame.ip += 2 if PY313 else 1
 
 
 @handler("BEFORE_WITH")

@@ -7,7 +7,7 @@ from typing import Any
 
 from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.loop import handler
-from ptc_capture.interpreter.state import Frame, Unsupported, iarg
+from ptc_capture.interpreter.state import PY313, Frame, Unsupported, iarg
 from ptc_capture.interpreter.values import as_const, from_python
 from ptc_capture.variables import NULL, CellBox, Var, const
 
@@ -31,7 +31,17 @@ def _pop_top(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("END_FOR")
 def _end_for(frame: Frame, inst: dis.Instruction) -> None:
-    frame.popn(2)
+    # Two values in 3.12; 3.13 pops one and a POP_TOP follows
+    # (https://docs.python.org/3.13/library/dis.html#opcode-END_FOR).
+    frame.popn(1 if PY313 else 2)
+
+
+@handler("TO_BOOL")
+def _to_bool(frame: Frame, inst: dis.Instruction) -> None:
+    # 3.13 converts a condition to bool before POP_JUMP_IF_* and UNARY_NOT. Their handlers
+    # take any value's truth themselves, and a tensor condition must reach the jump: a graph
+    # break there runs natively and resumes on either side, one at TO_BOOL could not.
+    return None
 
 
 @handler("COPY")
@@ -81,9 +91,17 @@ def load_local(frame: Frame, name: str) -> Var:
     raise Unsupported(f"local variable {name!r} is read before it is assigned")
 
 
+def _load_fast_slot(frame: Frame, name: str) -> Var:
+    # 3.13 compiles LOAD_CLOSURE to LOAD_FAST of the cell's slot, which pushes the cell itself
+    # (https://docs.python.org/3.13/library/dis.html#opcode-LOAD_CLOSURE).
+    if PY313 and (name in frame.code.co_cellvars or name in frame.code.co_freevars):
+        return closure_cell(frame, name)
+    return load_local(frame, name)
+
+
 @handler("LOAD_FAST", "LOAD_FAST_CHECK")
 def _load_fast(frame: Frame, inst: dis.Instruction) -> None:
-    frame.push(load_local(frame, inst.argval))
+    frame.push(_load_fast_slot(frame, inst.argval))
 
 
 @handler("LOAD_FAST_AND_CLEAR")
@@ -100,12 +118,39 @@ def _load_fast_and_clear(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("STORE_FAST")
 def _store_fast(frame: Frame, inst: dis.Instruction) -> None:
-    value = frame.pop()
-    frame.pending.pop(inst.argval, None)
+    store_local(frame, inst.argval, frame.pop())
+
+
+def store_local(frame: Frame, name: str, value: Var) -> None:
+    """Bind local ``name`` (NULL unbinds it: a 3.12 inlined comprehension restoring an unbound name)."""
+    frame.pending.pop(name, None)
     if value is NULL:
-        frame.locals.pop(inst.argval, None)
+        frame.locals.pop(name, None)
     else:
-        frame.locals[inst.argval] = value
+        frame.locals[name] = value
+
+
+# 3.13's superinstructions over two locals; dis gives both names as argval, the first is
+# the one stored or loaded first (https://docs.python.org/3.13/library/dis.html#opcode-LOAD_FAST_LOAD_FAST).
+@handler("LOAD_FAST_LOAD_FAST")
+def _load_fast_load_fast(frame: Frame, inst: dis.Instruction) -> None:
+    first, second = inst.argval
+    frame.push(_load_fast_slot(frame, first))
+    frame.push(_load_fast_slot(frame, second))
+
+
+@handler("STORE_FAST_STORE_FAST")
+def _store_fast_store_fast(frame: Frame, inst: dis.Instruction) -> None:
+    first, second = inst.argval
+    store_local(frame, first, frame.pop())
+    store_local(frame, second, frame.pop())
+
+
+@handler("STORE_FAST_LOAD_FAST")
+def _store_fast_load_fast(frame: Frame, inst: dis.Instruction) -> None:
+    first, second = inst.argval
+    store_local(frame, first, frame.pop())
+    frame.push(_load_fast_slot(frame, second))
 
 
 @handler("DELETE_FAST")
@@ -165,13 +210,17 @@ def _delete_deref(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("LOAD_CLOSURE")
 def _load_closure(frame: Frame, inst: dis.Instruction) -> None:
-    name = inst.argval
+    frame.push(closure_cell(frame, inst.argval))
+
+
+def closure_cell(frame: Frame, name: str) -> Var:
+    """The cell of cell or free variable ``name`` itself (what a closure being built captures)."""
     if name not in frame.cells:
         if name in frame.free_sources:
             load_cell(frame, name)
         else:
             frame.cells[name] = CellBox()
-    frame.push(Var("cell", box=frame.cells[name]))
+    return Var("cell", box=frame.cells[name])
 
 
 _STABLE_MODULES = ("torch", "math", "operator", "builtins", "functools", "itertools", "collections", "typing")
@@ -206,9 +255,11 @@ def load_global(frame: Frame, name: str) -> Var:
 
 @handler("LOAD_GLOBAL")
 def _load_global(frame: Frame, inst: dis.Instruction) -> None:
+    value = load_global(frame, inst.argval)
     if iarg(inst) & 1:
-        frame.push(NULL)
-    frame.push(load_global(frame, inst.argval))
+        frame.push_callable(value)
+    else:
+        frame.push(value)
 
 
 @handler("STORE_GLOBAL")

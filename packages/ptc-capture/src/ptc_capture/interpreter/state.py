@@ -17,12 +17,13 @@ from ptc_capture.dynamic import DynamicPolicy, Mark, constrain
 from ptc_capture.graph import GraphState
 from ptc_capture.guards import Guard, GuardSet, Source
 from ptc_capture.side_effects import SideEffects
-from ptc_capture.variables import CellBox, Var, wrap
+from ptc_capture.variables import NULL, CellBox, Var, wrap
 from ptc_spec import symbolic
 
-__all__ = ["CaptureState", "Frame", "Raised", "Unsupported", "UserLocation", "iarg"]
+__all__ = ["PY313", "CaptureState", "Frame", "Raised", "Unsupported", "UserLocation", "call_operands", "iarg"]
 
 PY312 = sys.version_info >= (3, 12)
+PY313 = sys.version_info >= (3, 13)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,20 @@ class UserLocation:
 def iarg(inst: dis.Instruction) -> int:
     """The integer argument of an instruction (0 for instructions without one)."""
     return int(inst.arg or 0)
+
+
+def call_operands(first: Any, second: Any, values: list[Any], null: Any) -> tuple[Any, list[Any]]:
+    """The callable and positional arguments of a CALL over ``first, second, *values`` (``null``: the NULL entry).
+
+    NULL sits below the callable before 3.13 and above it (in self's place) from 3.13; a
+    method with its self is the same two entries in both
+    (https://docs.python.org/3.13/library/dis.html#opcode-CALL).
+    """
+    if first is null:
+        return second, values
+    if second is null:
+        return first, values
+    return first, [second, *values]
 
 
 class Unsupported(Exception):
@@ -219,6 +234,16 @@ class Frame:
     def push(self, var: Var) -> None:
         """Push one value."""
         self.stack.append(var)
+
+    def push_callable(self, var: Var) -> None:
+        """Push ``var`` as a callable with no self: CALL reads NULL below it before 3.13 and
+        above it (in self's place) from 3.13 (https://docs.python.org/3.13/library/dis.html#opcode-CALL)."""
+        if PY313:
+            self.stack.append(var)
+            self.stack.append(NULL)
+        else:
+            self.stack.append(NULL)
+            self.stack.append(var)
 
     def pop(self) -> Var:
         """Pop one value."""
