@@ -185,7 +185,7 @@ class GraphState:
         def run(call_args: Any, call_kwargs: dict[str, Any]) -> Any:
             fn: Callable[..., Any] = getattr(call_args[0], target_meta) if op == "call_method" else target
             # PlainMetaMode, outermost, answers pointwise ops on meta tensors without torch's
-            # Python reference kernels, whose wrapper would import torch._dynamo (a second).
+            # Python reference kernels, whose wrapper would import torch's Dynamo compiler (a second).
             with torch.set_grad_enabled(grad), PlainMetaMode(), symbolic_dispatch(env), _SymbolicFactoriesOnMeta() if env.symbols else _NO_MODE:
                 if target in _INDEXING:
                     found = _symbolic_indexing(target, call_args)

@@ -17,8 +17,8 @@ of the symbolic shapes (a view's is a view of its operand). Anything outside the
 in-place or multi-output pointwise ops) runs the reference kernel as before.
 
 Concrete sizes have a cost of their own. torch registers its Python reference kernels
-(``torch._refs``) as the meta kernels of most pointwise ops, in place of the C++ ones, and those
-run through a ``torch._disable_dynamo`` wrapper that imports ``torch._dynamo`` on its first call:
+as the meta kernels of most pointwise ops, in place of the C++ ones, and those run through a
+wrapper that disables Dynamo and imports torch's Dynamo compiler on its first call:
 a second of a cold compile spent loading the compiler ptc replaces. :func:`plain_meta`
 answers those ops (and the few others common models reach) itself where the answer is certain,
 and :class:`PlainMetaMode` applies it to the ops a torch-level call dispatches.
@@ -63,14 +63,15 @@ class MetaRulesMode(DispatchMode):
 
 class PlainMetaMode(DispatchMode):
     """Answers ops on meta tensors of concrete sizes with :func:`plain_meta` where it can (no Python
-    reference kernel, so no ``torch._dynamo`` import); passes every other call on."""
+    reference kernel, so no import of torch's Dynamo compiler); passes every other call on."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        out = plain_meta(func, args, kwargs)
+        # Below autograd's dispatch: autograd gives the result its history afterwards.
+        out = plain_meta(func, args, kwargs, below_autograd=True)
         if out is _NOT_HANDLED:
             return func(*args, **kwargs)
         return out
@@ -97,7 +98,7 @@ def _python_pointwise(func: Any) -> bool:
     return found
 
 
-def plain_meta(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+def plain_meta(func: Any, args: Any, kwargs: dict[str, Any], below_autograd: bool = False) -> Any:
     """The meta result of ``func`` over meta tensors of concrete sizes, computed without torch's
     Python meta kernel, or NOT_HANDLED where no rule here is certain to give the same result.
 
@@ -126,7 +127,7 @@ def plain_meta(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         return _NOT_HANDLED
     if any(isinstance(s, _SYM) for t in tensors for s in (*t.shape, *t.stride())) or any(t.numel() == 0 for t in tensors):
         return _NOT_HANDLED  # symbolic sizes have their rules above; empty tensors their kernels
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if not below_autograd and torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         # Called outside autograd's dispatch (ptc-spec's tracer), a fresh result would lose requires_grad.
         return _NOT_HANDLED
     return rule(func, args, kwargs)

@@ -6,7 +6,7 @@ A function wrapped by ``functools.lru_cache`` answers each tuple of arguments on
 as eager's call does, filling the cache as eager's first call would (an object argument's
 identity is guarded: the answer is that object's). Libraries mark probes whose
 answer is fixed for the process (transformers' ``is_torch_greater_or_equal``, an install check)
-with the attribute ``torch._dynamo.assume_constant_result`` sets, which torch.compile folds the
+with the attribute torch's ``assume_constant_result`` decorator sets, which torch.compile folds the
 same way. Where an argument has no Python value, or the answer is not plain data, the function the
 cache wraps is traced instead, as torch.compile does.
 """
@@ -28,7 +28,7 @@ __all__ = ["constant_call", "is_constant_call"]
 
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=None)(lambda: None))
 _CONSTANT_MARK = "_dynamo_marked_constant"
-"""The attribute ``torch._dynamo.assume_constant_result`` sets (libraries set it without importing torch)."""
+"""The attribute torch's ``assume_constant_result`` decorator sets (libraries set it without importing torch)."""
 
 
 def is_constant_call(value: Any) -> bool:
