@@ -26,7 +26,8 @@ Each model runs in its own subprocess (--timeout each), so a crash or a hang end
 model. Results go to --out (JSON) and a markdown table beside it (same name, ``.md``).
 
 A run longer than one call allows is split with --shard K/N (and --deadline, which stops
-starting models in time to write the results); ``--load`` merges the shards' files.
+starting models in time to write the results); ``--resume`` skips the models earlier files
+have results for, and ``--load`` merges the files.
 
 ``--check`` exits non-zero when a model gives a wrong result, when ptc raises where eager runs,
 or when a model not listed in tools/capture_sweep_baseline.json has more graph breaks than
@@ -39,10 +40,12 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -459,10 +462,79 @@ def _worker_main(entry_json: str, options_json: str) -> int:
 # -- the sweep ---------------------------------------------------------------------------------
 
 
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def _forked_child(entry: dict[str, Any], options: dict[str, Any], log_path: str, conn: Any) -> None:
+    # The model's warnings and a crash's last words go to a file the parent reads on a crash.
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    try:
+        result = run_one(entry, options)
+    except Exception as exc:
+        lines = traceback.format_exception(exc)
+        result = {"id": entry["id"], "status": "sweep_error", "detail": " ".join("".join(lines[-3:]).split())[:500]}
+    conn.send(result)
+    conn.close()
+
+
+_FORKSERVER: Any = None
+
+
+def _forkserver() -> Any:
+    """A fork server that has imported torch, the model libraries and ptc once (without touching
+    the GPU), so each model's fresh process starts in milliseconds instead of seconds."""
+    global _FORKSERVER
+    if _FORKSERVER is None:
+        os.environ.update(OFFLINE)
+        context = multiprocessing.get_context("forkserver")
+        preload = ["__main__", "torch", "ptc", "transformers.models.auto.modeling_auto"]
+        try:
+            import timm  # noqa: F401  (only where timm is installed)
+
+            preload.append("timm")
+        except Exception:
+            pass
+        context.set_forkserver_preload(preload)
+        _FORKSERVER = context
+    return _FORKSERVER
+
+
+def _run_forked(entry: dict[str, Any], options: dict[str, Any], timeout: float, deadline: float) -> dict[str, Any]:
+    if deadline and time.monotonic() > deadline:
+        return {"id": entry["id"], "status": "not_run", "detail": "the sweep reached --deadline"}
+    context = _forkserver()
+    start = time.perf_counter()
+    with tempfile.NamedTemporaryFile(suffix=".log") as log:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_forked_child, args=(entry, options, log.name, send))
+        process.start()
+        send.close()
+        answered = False
+        try:
+            # poll() is also true when the child died without sending: recv() then raises EOFError.
+            answered = receive.poll(timeout)
+            if answered:
+                found: dict[str, Any] = receive.recv()
+                return found
+        except EOFError:
+            pass
+        finally:
+            if process.is_alive():
+                process.kill()
+            process.join()
+        if not answered:
+            return {"id": entry["id"], "status": "timeout", "detail": f"over {timeout:.0f} s", "seconds": round(timeout, 1)}
+        tail = " ".join(Path(log.name).read_text(errors="replace").strip().splitlines()[-3:])[:400]
+        return {"id": entry["id"], "status": "crash", "detail": f"exit {process.exitcode}: {tail}",
+                "seconds": round(time.perf_counter() - start, 1)}
+
+
 def _run_in_subprocess(entry: dict[str, Any], options: dict[str, Any], timeout: float, deadline: float) -> dict[str, Any]:
     if deadline and time.monotonic() > deadline:
         return {"id": entry["id"], "status": "not_run", "detail": "the sweep reached --deadline"}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, **OFFLINE}
     command = [sys.executable, str(Path(__file__).resolve()), "--run-one", json.dumps(entry), json.dumps(options)]
     start = time.perf_counter()
     try:
@@ -574,6 +646,10 @@ def main() -> int:
                         help="seconds after which no further model starts; the rest are recorded as not_run (default: none)")
     parser.add_argument("--load", nargs="+",
                         help="take the results of earlier --out files (e.g. shards) instead of running, for --check, --write-baseline, --out")
+    parser.add_argument("--resume", nargs="+", default=[],
+                        help="skip the models these earlier --out files have a result for (not_run ones run again)")
+    parser.add_argument("--spawn", action="store_true",
+                        help="start each model's process from scratch instead of forking it from a preloaded server")
     parser.add_argument("--run-one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_one:
@@ -593,12 +669,15 @@ def main() -> int:
     if args.shard:
         index, count = (int(part) for part in args.shard.split("/"))
         entries = entries[index::count]
+    done = {r["id"] for name in args.resume for r in json.loads(Path(name).read_text())["results"] if r["status"] != "not_run"}
+    entries = [e for e in entries if e["id"] not in done]
     deadline = time.monotonic() + args.deadline if args.deadline else 0.0
     options = {"device": args.device, "train": args.train, "rtol": args.rtol, "backend": args.backend, "max_gb": args.max_gb}
     start = time.perf_counter()
     results = []
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        futures = [pool.submit(_run_in_subprocess, e, options, args.timeout, deadline) for e in entries]
+        runner = _run_in_subprocess if args.spawn else _run_forked
+        futures = [pool.submit(runner, e, options, args.timeout, deadline) for e in entries]
         for future in futures:
             r = future.result()
             results.append(r)
@@ -610,7 +689,7 @@ def main() -> int:
             sys.stdout.flush()
     summary = _summary(results) + [f"{time.perf_counter() - start:.0f} s, {args.jobs} jobs, device {args.device}"]
     sys.stdout.write("\n".join(summary) + "\n")
-    partial = bool(args.filter or args.limit or args.shard or any(r["status"] == "not_run" for r in results))
+    partial = bool(args.filter or args.limit or args.shard or args.resume or any(r["status"] == "not_run" for r in results))
     if args.out:
         _write_out(args.out, summary, options, results, partial)
     return _finish(args, results, partial)
