@@ -11,6 +11,7 @@ import pytest
 import sympy
 import torch
 import torch.nn.functional as F
+from torch.fx.immutable_collections import immutable_list
 
 import ptc_spec.meta_rules as meta_rules
 from ptc_spec import SymbolEnv, TensorMeta, dynamic_meta, symbolic_dispatch
@@ -159,6 +160,50 @@ PLAIN_CASES: list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = [
     ("safe_softmax_bf16", aten._safe_softmax.default, (_m((2, 8), bf16), 0), {}),
     ("tril", aten.tril.default, (_m((8, 8)),), {}),
     ("tril_transposed", aten.tril.default, (_m((3, 5, 4), stride=(20, 1, 5)), 1), {}),
+    # A pooling's gradient: an expanded (stride 0) operand, divided by a Python number.
+    ("div_expanded", aten.div.Scalar, (_m((2, 8, 1, 1)).expand(2, 8, 7, 7), 49), {}),
+    ("div_tensor_expanded_batch1", aten.div.Tensor, (_m((1, 8, 1, 1)).expand(1, 8, 7, 7), 49), {}),
+    ("gelu_expanded_bf16", aten.gelu.default, (_m((3, 1, 5), bf16).expand(3, 4, 5),), {}),
+    ("cat_last_dim", aten.cat.default, ([_m((1, 8, 32)), _m((1, 8, 32)), _m((1, 8, 32))], 2), {}),
+    ("cat_negative_dim_mixed_dtypes", aten.cat.default, ([_m((2, 3), f16), _m((2, 5))], -1), {}),
+    ("cat_size1_dims", aten.cat.default, ([_m((2, 1, 3, 3)), _m((2, 1, 3, 3), bf16)], 0), {}),
+    ("cat_immutable_list", aten.cat.default, (immutable_list([_m((4, 2), bf16), _m((1, 2), bf16)]),), {}),
+    *[
+        (f"{label}_{name}", op, args, {})
+        for name, x, params in [
+            ("contiguous", _m((2, 8, 4, 4)), (_m((8,)),) * 4),
+            ("channels_last_bf16", _m((2, 8, 4, 4), bf16, (128, 1, 32, 8)), (_m((8,), bf16),) * 4),
+            ("channels_last_3d_f16_f32_params", _m((2, 4, 3, 3, 3), f16, (108, 1, 36, 12, 4)), (_m((4,)),) * 4),
+            ("batch1_2d", _m((1, 5)), (_m((5,)),) * 4),
+        ]
+        for label, op, args in [
+            ("bn_native_train", aten.native_batch_norm.default, (x, *params, True, 0.1, 1e-5)),
+            ("bn_functional_train", aten._native_batch_norm_legit_functional.default, (x, *params, True, 0.1, 1e-5)),
+            ("bn_functional_eval", aten._native_batch_norm_legit_functional.default, (x, *params, False, 0.1, 1e-5)),
+            ("bn_legit_train", aten._native_batch_norm_legit.default, (x, *params, True, 0.1, 1e-5)),
+            ("bn_no_stats", aten._native_batch_norm_legit.no_stats, (x, *params[:2], True, 0.1, 1e-5)),
+            ("bn_no_training", aten._native_batch_norm_legit_no_training.default, (x, *params, 0.1, 1e-5)),
+            ("bn_backward", aten.native_batch_norm_backward.default,
+             (_m(tuple(x.shape), x.dtype, x.stride()), x, params[0], params[2], params[3], _m((x.shape[1],)), _m((x.shape[1],)),
+              True, 1e-5, [True, True, True])),
+        ]
+        # One value per channel in training: the reference's unbiased running variance divides by zero.
+        if not (x.shape[0] == 1 and label in ("bn_native_train", "bn_functional_train", "bn_legit_train"))
+    ],
+    ("batch_norm_functional_f64_running_stats", aten._native_batch_norm_legit_functional.default,
+     (_m((2, 3, 4)), None, None, _m((3,), torch.float64), _m((3,), torch.float64), True, 0.1, 1e-5), {}),
+    ("batch_norm_backward_eval_no_weight", aten.native_batch_norm_backward.default,
+     (_m((2, 3, 4), bf16), _m((2, 3, 4), bf16), None, _m((3,)), _m((3,)), None, None, False, 1e-5, [True, False, True]), {}),
+    ("batch_norm_backward_input_grad_only", aten.native_batch_norm_backward.default,
+     (_m((2, 3, 4)), _m((2, 3, 4)), _m((3,)), None, None, _m((3,)), _m((3,)), True, 1e-5, [True, False, False]), {}),
+    ("layer_norm_backward", aten.native_layer_norm_backward.default,
+     (_m((1, 8, 32)), _m((1, 8, 32)), [32], _m((1, 8, 1)), _m((1, 8, 1)), _m((32,)), _m((32,)), [True, True, True]), {}),
+    ("layer_norm_backward_bf16_f32_weight", aten.native_layer_norm_backward.default,
+     (_m((3, 6, 8), bf16), _m((3, 6, 8), bf16), [6, 8], _m((3, 1, 1)), _m((3, 1, 1)), _m((6, 8)), None, [True, True, True]), {}),
+    ("layer_norm_backward_f16_mask", aten.native_layer_norm_backward.default,
+     (_m((4, 8), f16), _m((4, 8), f16), [8], _m((4, 1)), _m((4, 1)), _m((8,), f16), _m((8,), f16), [False, True, False]), {}),
+    ("layer_norm_backward_whole_tensor", aten.native_layer_norm_backward.default,
+     (_m((4, 8)), _m((4, 8)), [4, 8], _m((1, 1)), _m((1, 1)), _m((4, 8)), _m((4, 8)), [True, True, True]), {}),
 ]
 
 
@@ -167,6 +212,9 @@ def _assert_same_meta(got: Any, want: Any) -> None:
     want_list = list(want) if isinstance(want, tuple) else [want]
     assert len(got_list) == len(want_list)
     for g, w in zip(got_list, want_list):
+        if w is None:
+            assert g is None
+            continue
         assert (g.shape, g.stride(), g.dtype, g.device) == (w.shape, w.stride(), w.dtype, w.device)
 
 
@@ -200,6 +248,113 @@ def test_plain_meta_follows_the_reference_layout_of_any_single_view() -> None:
     assert answered > 150
 
 
+def test_plain_meta_follows_the_reference_layout_of_any_single_expanded_view() -> None:
+    # Expanded (stride 0) dims among transposed and sliced ones, as a reduction's gradient has.
+    gen = torch.Generator().manual_seed(1)
+    ops = [(aten.div.Scalar, (49,)), (aten.div.Tensor, (3,)), (aten.gelu.default, ()), (aten.sigmoid.default, ())]
+    checked = answered = 0
+    while checked < 600:
+        ndim = int(torch.randint(2, 6, (), generator=gen))
+        shape = [int(torch.randint(1, 5, (), generator=gen)) for _ in range(ndim)]
+        steps = [int(torch.randint(1, 3, (), generator=gen)) for _ in range(ndim)]
+        expanded = [bool(torch.randint(0, 3, (), generator=gen) == 0) for _ in range(ndim)]
+        perm = torch.randperm(ndim, generator=gen).tolist()
+        base = torch.empty([1 if e else s * k for s, k, e in zip(shape, steps, expanded)], dtype=[f32, bf16, f16][checked % 3], device="meta")
+        view = base[tuple(slice(None, None, k) for k in steps)].expand(*shape).permute(perm)
+        if 0 not in view.stride():
+            continue
+        op, extra = ops[checked % len(ops)]
+        got = meta_rules.plain_meta(op, (view, *extra), {})
+        checked += 1
+        if got is meta_rules.NOT_HANDLED:
+            continue
+        _assert_same_meta(got, op(view, *extra))
+        answered += 1
+    assert answered > 150
+
+
+def _layout(shape: tuple[int, ...], kind: str, dtype: torch.dtype) -> torch.Tensor:
+    if kind == "channels_last" and len(shape) in (4, 5):
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        return torch.empty(shape, dtype=dtype, device="meta", memory_format=fmt)
+    if kind == "transposed":
+        return torch.empty(shape[:-2] + shape[:-3:-1], dtype=dtype, device="meta").transpose(-1, -2)
+    return _m(shape, dtype)
+
+
+def _norm_calls(gen: torch.Generator) -> Iterator[tuple[Any, tuple[Any, ...]]]:
+    """Random calls of the norm, norm-gradient and cat rules' ops: sizes of 1 among the others,
+    default, channels-last (strict or also contiguous) and transposed layouts, several dtypes."""
+
+    def pick(options: list[Any]) -> Any:
+        return options[int(torch.randint(0, len(options), (), generator=gen))]
+
+    ndim = pick([2, 3, 4, 5])
+    shape = tuple(pick([1, 1, 2, 3]) for _ in range(ndim))
+    dtype, param = pick([f32, bf16, f16]), pick([f32, bf16])
+    x, grad = _layout(shape, pick(["default", "channels_last", "transposed"]), dtype), _layout(shape, pick(["default", "channels_last"]), dtype)
+    channel = [pick([_m((shape[1],), param), None]) for _ in range(4)]
+    stats = [_m((shape[1],)) for _ in range(4)]
+    training = pick([True, False])
+    yield aten._native_batch_norm_legit_functional.default, (x, *channel[:2], *stats[:2], training, 0.1, 1e-5)
+    yield aten._native_batch_norm_legit.no_stats, (x, *channel[:2], True, 0.1, 1e-5)
+    yield aten.native_batch_norm_backward.default, (pick([grad, x]), x, channel[0], *stats, training, 1e-5, [pick([True, False]) for _ in range(3)])
+    k = int(torch.randint(1, ndim + 1, (), generator=gen))
+    normalized, outer = list(shape[ndim - k :]), shape[: ndim - k]
+    rows = (*outer, *([1] * k))
+    weight, bias = pick([_m(tuple(normalized), param), None]), pick([_m(tuple(normalized), param), None])
+    yield aten.native_layer_norm_backward.default, (pick([grad, x]), x, normalized, _m(rows), _m(rows), weight, bias, [pick([True, False]) for _ in range(3)])
+    dim = int(torch.randint(-ndim, ndim, (), generator=gen))
+    parts = [x, *(_layout(shape[:dim % ndim] + (pick([1, 2]),) + shape[dim % ndim + 1 :], "default", pick([dtype, f32])) for _ in range(2))]
+    yield aten.cat.default, (parts, dim)
+
+
+def test_plain_meta_norm_and_cat_rules_equal_their_kernels_over_random_layouts() -> None:
+    # Wherever a rule answers, every result (shape, strides, dtype, or None) is the kernel's;
+    # where the kernel raises, the rule has left the call to it.
+    gen = torch.Generator().manual_seed(0)
+    answered: dict[Any, int] = {}
+    declined: dict[Any, int] = {}
+    for _ in range(200):
+        for op, args in _norm_calls(gen):
+            got = meta_rules.plain_meta(op, args, {})
+            try:
+                want = op(*args)
+            except (RuntimeError, ZeroDivisionError, AssertionError):
+                assert got is meta_rules.NOT_HANDLED
+                continue
+            if got is meta_rules.NOT_HANDLED:
+                declined[op] = declined.get(op, 0) + 1
+                continue
+            _assert_same_meta(got, want)
+            answered[op] = answered.get(op, 0) + 1
+    assert all(answered.get(op, 0) > 80 for op, _ in _norm_calls(gen)), answered
+    assert all(declined.get(op, 0) > 30 for op, _ in _norm_calls(gen)), declined
+
+
+def test_plain_meta_leaves_uncertain_norm_and_cat_layouts_to_their_kernels() -> None:
+    c = _m((3,))
+    # Channels-last strides that are contiguous too (one channel): the reference may order the
+    # gradient's dims either way.
+    ambiguous = _m((2, 1, 3, 3), stride=(9, 1, 3, 1))
+    assert meta_rules.plain_meta(aten.native_batch_norm_backward.default,
+                                 (ambiguous, ambiguous, None, None, None, _m((1,)), _m((1,)), True, 1e-5, [True, True, True]), {}) is meta_rules.NOT_HANDLED
+    # The output gradient and the input in different layouts.
+    x, cl = _m((2, 3, 4, 4)), _m((2, 3, 4, 4), stride=(48, 1, 12, 3))
+    assert meta_rules.plain_meta(aten.native_batch_norm_backward.default, (x, cl, c, c, c, c, c, True, 1e-5, [True, True, True]), {}) is meta_rules.NOT_HANDLED
+    # A transposed layer norm input, and a transposed cat operand.
+    xt = _m((4, 8), stride=(1, 4))
+    assert meta_rules.plain_meta(aten.native_layer_norm_backward.default,
+                                 (xt, xt, [8], _m((4, 1)), _m((4, 1)), None, None, [True, False, False]), {}) is meta_rules.NOT_HANDLED
+    assert meta_rules.plain_meta(aten.cat.default, ([xt, _m((4, 8))], 0), {}) is meta_rules.NOT_HANDLED
+    # One value per channel: the reference's unbiased running variance divides by zero.
+    one = _m((1, 3))
+    args = (one, c, c, c, c, True, 0.1, 1e-5)
+    assert meta_rules.plain_meta(aten._native_batch_norm_legit_functional.default, args, {}) is meta_rules.NOT_HANDLED
+    with pytest.raises(ZeroDivisionError):
+        aten._native_batch_norm_legit_functional.default(*args)
+
+
 def test_plain_meta_leaves_random_ops_and_broadcast_views_to_their_kernels() -> None:
     x = _m((4, 3))
     assert meta_rules.plain_meta(aten.bernoulli.p, (x, 0.5), {}) is meta_rules.NOT_HANDLED
@@ -222,6 +377,14 @@ def test_plain_meta_mode_answers_without_importing_torch_dynamo() -> None:
         "    z = F.scaled_dot_product_attention(y.view(2, 8, 2, 8).transpose(1, 2), y.view(2, 8, 2, 8).transpose(1, 2),"
         " y.view(2, 8, 2, 8).transpose(1, 2), is_causal=True)\n"
         "    b = F.batch_norm(torch.empty(2, 4, 3, 3, device='meta'), torch.empty(4, device='meta'), torch.empty(4, device='meta'))\n"
+        # A training step's backward: the norms' gradients, batch norm's functional form, cat and
+        # a pooling's expanded gradient.
+        "    aten = torch.ops.aten; s = torch.empty(2, 8, 1, device='meta'); c = torch.empty(4, device='meta')\n"
+        "    aten.native_layer_norm_backward(x, x, [16], s, s, w, w, [True, True, True])\n"
+        "    i = torch.empty(2, 4, 3, 3, device='meta')\n"
+        "    aten._native_batch_norm_legit_functional(i, c, c, c, c, True, 0.1, 1e-5)\n"
+        "    aten.native_batch_norm_backward(i, i, c, c, c, c, c, True, 1e-5, [True, True, True])\n"
+        "    aten.cat([x, x], 2); aten.div(torch.empty(2, 4, 1, 1, device='meta').expand(2, 4, 3, 3), 9)\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)

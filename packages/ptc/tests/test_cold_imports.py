@@ -58,15 +58,19 @@ PROGRAM = textwrap.dedent(
             torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4),
         ).eval()
         inputs = (torch.randn(2, 3, 16, 16),)
-    if "{backend}" == "eager":
-        # Training through capture alone (the eager backend): capture's meta runs see tensors
-        # that require grad, below autograd's dispatch.
+    if "{step}" == "train":
+        # A training step: capture's meta runs see tensors that require grad, below autograd's
+        # dispatch; past the eager backend, ptc-aot traces the backward too (the norms'
+        # gradients, batch norm's functional form, the pooling's expanded gradient).
         model.train()
-        model(*inputs).sum().backward()
+        expected = model(*inputs)
+        expected.sum().backward()
         assert "torch._dynamo" not in sys.modules, "eager alone imported torch._dynamo"
         want = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
-        ptc.compile(model, backend="eager")(*inputs).sum().backward()
+        actual = ptc.compile(model, backend="{backend}", mode="{mode}")(*inputs)
+        actual.sum().backward()
+        torch.testing.assert_close(actual, expected)
         for p, w in zip(model.parameters(), want):
             torch.testing.assert_close(p.grad, w)
     else:
@@ -81,14 +85,20 @@ PROGRAM = textwrap.dedent(
 
 
 @pytest.mark.parametrize(
-    ("model", "mode", "backend"),
-    [("gpt", "reduce-overhead", "inductor"), ("convbn", "default", "inductor"), ("gpt", "default", "eager")],
+    ("model", "mode", "backend", "step"),
+    [
+        ("gpt", "reduce-overhead", "inductor", "infer"),
+        ("convbn", "default", "inductor", "infer"),
+        ("gpt", "default", "eager", "train"),
+        ("gpt", "default", "inductor", "train"),
+        ("convbn", "default", "inductor", "train"),
+    ],
 )
-def test_cold_compile_imports_no_torch_compiler(model: str, mode: str, backend: str) -> None:
+def test_cold_compile_imports_no_torch_compiler(model: str, mode: str, backend: str, step: str) -> None:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "PTC_CACHE_DIR": cache}
         env.pop("PTC_INDUCTOR_CACHE_DIR", None)
-        proc = subprocess.run([sys.executable, "-c", PROGRAM.format(model=model, mode=mode, backend=backend)], env=env,
+        proc = subprocess.run([sys.executable, "-c", PROGRAM.format(model=model, mode=mode, backend=backend, step=step)], env=env,
                               capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "LOADED []" in proc.stdout, proc.stdout[-3000:]

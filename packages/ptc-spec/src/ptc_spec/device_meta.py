@@ -22,7 +22,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .dispatch_mode import DispatchMode
-from .meta_rules import NOT_HANDLED, plain_meta
+from .meta_rules import NOT_HANDLED, bound_arguments, plain_meta
 
 aten = torch.ops.aten
 
@@ -138,7 +138,7 @@ def running_statistics_dtype(device_type: str, input_dtype: torch.dtype, running
 
 
 def _param_dtypes(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.dtype | None, ...]:
-    bound = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    bound = bound_arguments(func, args, kwargs)
     names = ("weight",) if func is aten.native_layer_norm.default else ("weight", "running_mean")
     return tuple(bound[n].dtype if isinstance(bound.get(n), torch.Tensor) else None for n in names)
 
@@ -163,7 +163,7 @@ def _cpu_statistics(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: 
     x = args[0]
     if not isinstance(x, torch.Tensor) or not isinstance(out, tuple):
         return out
-    bound = dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+    bound = bound_arguments(func, args, kwargs)
     stats = norm_statistics_dtype("cpu", x.dtype, *_param_dtypes(func, args, kwargs))
     items = list(out)
     for i in (1, 2):

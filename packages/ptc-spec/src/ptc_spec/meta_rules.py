@@ -103,7 +103,8 @@ def plain_meta(func: Any, args: Any, kwargs: dict[str, Any], below_autograd: boo
     Python meta kernel, or NOT_HANDLED where no rule here is certain to give the same result.
 
     The rules cover pointwise ops and the few others common models reach (matmul with bias,
-    layer and batch norm, mean, softmax, tril), each where the result is contiguous. For a
+    layer and batch norm and their gradients, mean, softmax, tril, cat), each where the result
+    layout is certain: contiguous, or a batch norm's channels-last input kept. For a
     pointwise op that needs operands with the default strides of their shapes: the reference
     kernels order the result's dims by comparing operand strides
     (``compute_elementwise_output_logical_to_physical_perm``, eager's TensorIterator rule), and
@@ -174,21 +175,24 @@ def _plain_pointwise(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _one_strided_operand(func: Any, args: Any, kwargs: dict[str, Any], tensors: list[torch.Tensor]) -> Any:
-    """One tensor operand with a layout of its own (a transposed or sliced view): the result is
-    dense, its dims ordered as the reference kernels order the operand's (:func:`_elementwise_order`).
+    """One tensor operand with a layout of its own (a transposed, sliced or expanded view): the
+    result is dense, its dims ordered as the reference kernels order the operand's
+    (:func:`_elementwise_order`).
 
-    Only where that order is strict: the dims of size above 1 have distinct nonzero strides, and
-    the size-1 dims lead with strides above all of those. A composite reference (``gelu``) or a
-    dtype round trip (bf16 computed in float32) orders dims again on each intermediate result,
-    and where the first order has ties (a size-1 dim's stride equal to another's) a later one
-    may place a size-1 dim elsewhere: its stride would differ from the kernel's.
+    Only where that order is strict: the dims of size above 1 have distinct strides (or stride 0,
+    a broadcast dim, which the order places by position alone), and the size-1 dims lead with
+    strides above all of those. A composite reference (``gelu``) or a dtype round trip (bf16
+    computed in float32) orders dims again on each intermediate result, and where the first
+    order has ties (a size-1 dim's stride equal to another's) a later one may place a size-1 dim
+    elsewhere: its stride would differ from the kernel's. A dense intermediate has no stride 0,
+    so orders after the first agree with it.
     """
     if len(tensors) != 1:
         return _NOT_HANDLED
     t = tensors[0]
-    sized = [st for n, st in zip(t.shape, t.stride()) if n > 1]
+    sized = [st for n, st in zip(t.shape, t.stride()) if n > 1 and st != 0]
     ones = [d for d, n in enumerate(t.shape) if n == 1]
-    if 0 in sized or len(set(sized)) != len(sized) or ones != list(range(len(ones))):
+    if len(set(sized)) != len(sized) or ones != list(range(len(ones))):
         return _NOT_HANDLED
     if any(t.stride(d) <= max(sized, default=0) for d in ones):
         return _NOT_HANDLED
@@ -196,12 +200,17 @@ def _one_strided_operand(func: Any, args: Any, kwargs: dict[str, Any], tensors: 
     if dtypes is None:
         return _NOT_HANDLED
     shape = tuple(t.shape)
+    return torch.empty_strided(shape, _dense_strides(shape, _elementwise_order(t)), dtype=dtypes[0], device="meta")
+
+
+def _dense_strides(shape: tuple[int, ...], order: list[int]) -> list[int]:
+    """The strides of a dense tensor of ``shape`` whose dims, outermost first, are ``order``."""
     strides = [0] * len(shape)
     expected = 1
-    for d in reversed(_elementwise_order(t)):
+    for d in reversed(order):
         strides[d] = expected
         expected *= shape[d]
-    return torch.empty_strided(shape, strides, dtype=dtypes[0], device="meta")
+    return strides
 
 
 def _at_least(a: int, b: int) -> bool:
@@ -278,19 +287,125 @@ def _plain_layer_norm(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     return _fresh(tuple(x.shape), x.dtype), _fresh(stats, dtype), _fresh(stats, dtype)
 
 
+# The dtypes the norm rules answer for; the reference computes the others (float8, complex) its own way.
+_NORM_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def bound_arguments(func: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``func``'s arguments by their schema names."""
+    return dict(zip((a.name for a in func._schema.arguments), args)) | kwargs
+
+
+def _per_channel(channels: int, *params: torch.Tensor | None) -> bool:
+    return all(p is None or (tuple(p.shape) == (channels,) and p.dtype in _NORM_DTYPES and _default_strided(p)) for p in params)
+
+
+def _norm_strides(x: torch.Tensor) -> list[int] | None:
+    """The strides of a batch norm's output (and input gradient) over ``x``: the input's own where
+    they are the default ones or strictly channels-last (not contiguous too), the two layouts the
+    reference's pointwise steps keep whatever the sizes; None for any other layout."""
+    if x.dtype not in _NORM_DTYPES or x.dim() < 2:
+        return None
+    if _default_strided(x):
+        return list(x.stride())
+    if x.dim() in (4, 5) and not x.is_contiguous():
+        strides = _dense_strides(tuple(x.shape), [0, *range(2, x.dim()), 1])
+        if list(x.stride()) == strides:
+            return strides
+    return None
+
+
 def _plain_batch_norm(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    # native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    # the output is pointwise over the input and per-channel operands; the saved statistics
-    # are per channel, in the computation dtype on a meta tensor (training or not).
-    x, weight, bias, mean, var, training = args[:6]
-    if kwargs or not x.is_floating_point() or x.dim() < 2 or not _default_strided(x):
+    # native_batch_norm and the _native_batch_norm_legit forms (training or not, with or without
+    # running statistics, functional): the output is pointwise over the input and per-channel
+    # operands; the saved statistics are per channel, in the computation dtype on a meta tensor
+    # (training or not). The functional form's new running statistics blend the batch's into
+    # the old ones in training (dtypes promoted), and are the old ones in the computation dtype
+    # in eval.
+    bound = bound_arguments(func, args, kwargs)
+    x, mean, var = bound["input"], bound.get("running_mean"), bound.get("running_var")
+    training = bound.get("training", False)
+    strides = _norm_strides(x)
+    if strides is None or not _per_channel(x.shape[1], bound["weight"], bound["bias"], mean, var):
         return _NOT_HANDLED
+    if not training and (mean is None or var is None):
+        return _NOT_HANDLED  # the reference's error to raise
+    if training and var is not None and x.numel() == x.shape[1]:
+        return _NOT_HANDLED  # the unbiased variance of one value per channel: the reference divides by zero
     channels = (x.shape[1],)
-    params = (weight, bias, mean, var)
-    if any(p is not None and tuple(p.shape) != channels for p in params) or (not training and (mean is None or var is None)):
-        return _NOT_HANDLED
     dtype = _COMPUTATION.get(x.dtype, x.dtype)
-    return _fresh(tuple(x.shape), x.dtype), _fresh(channels, dtype), _fresh(channels, dtype)
+    out = (torch.empty_strided(tuple(x.shape), strides, dtype=x.dtype, device="meta"), _fresh(channels, dtype), _fresh(channels, dtype))
+    if func is not aten._native_batch_norm_legit_functional.default:
+        return out
+    if mean is None or var is None:
+        return _NOT_HANDLED
+    return (*out, *(_fresh(channels, torch.promote_types(dtype, r.dtype) if training else dtype) for r in (mean, var)))
+
+
+def _plain_batch_norm_backward(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # native_batch_norm_backward: the input gradient is pointwise over the output gradient, the
+    # input and per-channel values, so it keeps the layout the two share, in the input's dtype
+    # (returned whatever the mask says); the weight and bias gradients are per channel, in the
+    # weight's dtype (the input's without a weight).
+    bound = bound_arguments(func, args, kwargs)
+    grad, x, weight, mask = bound["grad_out"], bound["input"], bound["weight"], bound["output_mask"]
+    names = ("save_mean", "save_invstd") if bound["train"] else ("running_mean", "running_var")
+    strides = _norm_strides(x)
+    if strides is None or grad.dtype not in _NORM_DTYPES or grad.shape != x.shape or grad.stride() != x.stride():
+        return _NOT_HANDLED
+    per_channel = [bound[n] for n in ("weight", "running_mean", "running_var", "save_mean", "save_invstd")]
+    if any(bound[n] is None for n in names) or not _per_channel(x.shape[1], *per_channel):
+        return _NOT_HANDLED  # missing statistics are the reference's error to raise
+    channels = (x.shape[1],)
+    param = x.dtype if weight is None else weight.dtype
+    return (
+        torch.empty_strided(tuple(x.shape), strides, dtype=x.dtype, device="meta"),
+        _fresh(channels, param) if mask[1] else None,
+        _fresh(channels, param) if mask[2] else None,
+    )
+
+
+def _plain_layer_norm_backward(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # native_layer_norm_backward: the reference makes its operands contiguous, and the input
+    # gradient is pointwise over them and the statistics (the leading dims, then ones): with
+    # every operand default-strided, contiguous, in the input's dtype. The weight and bias
+    # gradients have the normalized shape and their parameter's dtype, each where the mask asks
+    # for it and the parameter is given.
+    bound = bound_arguments(func, args, kwargs)
+    grad, x, normalized = bound["grad_out"], bound["input"], list(bound["normalized_shape"])
+    weight, bias, mask = bound["weight"], bound["bias"], bound["output_mask"]
+    axis = x.dim() - len(normalized)
+    if not normalized or axis < 0 or list(x.shape[axis:]) != normalized or grad.shape != x.shape:
+        return _NOT_HANDLED
+    stats = (*x.shape[:axis], *([1] * len(normalized)))
+    operands = (grad, x, bound["mean"], bound["rstd"], weight, bias)
+    if any(t is not None and t.dtype not in _NORM_DTYPES for t in operands) or not _default_strided(*operands):
+        return _NOT_HANDLED
+    if tuple(bound["mean"].shape) != stats or tuple(bound["rstd"].shape) != stats:
+        return _NOT_HANDLED
+    if any(p is not None and list(p.shape) != normalized for p in (weight, bias)):
+        return _NOT_HANDLED
+    return (
+        _fresh(tuple(x.shape), x.dtype) if mask[0] else None,
+        _fresh(tuple(normalized), weight.dtype) if mask[1] and weight is not None else None,
+        _fresh(tuple(normalized), bias.dtype) if mask[2] and bias is not None else None,
+    )
+
+
+def _plain_cat(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    # cat of default-strided tensors of one rank: contiguous (eager keeps the memory format the
+    # inputs share), in the dtype promoted over them.
+    tensors, dim = list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    ndim = tensors[0].dim()
+    if ndim == 0 or not -ndim <= dim < ndim or any(t.dim() != ndim for t in tensors) or not _default_strided(*tensors):
+        return _NOT_HANDLED
+    dim %= ndim
+    others = [[s for d, s in enumerate(t.shape) if d != dim] for t in tensors]
+    if any(o != others[0] for o in others):
+        return _NOT_HANDLED  # the kernel's error to raise
+    shape = list(tensors[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    return _one_result(func, args, kwargs, tuple(shape))
 
 
 def _plain_mean(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -580,6 +695,13 @@ _PLAIN_RULES: dict[Any, Rule] = {
     aten.addmm.default: _plain_addmm,
     aten.native_layer_norm.default: _plain_layer_norm,
     aten.native_batch_norm.default: _plain_batch_norm,
+    aten._native_batch_norm_legit.default: _plain_batch_norm,
+    aten._native_batch_norm_legit.no_stats: _plain_batch_norm,
+    aten._native_batch_norm_legit_no_training.default: _plain_batch_norm,
+    aten._native_batch_norm_legit_functional.default: _plain_batch_norm,
+    aten.native_batch_norm_backward.default: _plain_batch_norm_backward,
+    aten.native_layer_norm_backward.default: _plain_layer_norm_backward,
+    aten.cat.default: _plain_cat,
     aten.mean.dim: _plain_mean,
     aten._safe_softmax.default: _plain_same_shape,
     aten.tril.default: _plain_same_shape,
