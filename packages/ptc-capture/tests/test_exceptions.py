@@ -40,6 +40,17 @@ def test_uncaught_error_under_is_compiling_runs_the_frame_eagerly(fn):
     compare_with_eager(compiled, fn, torch.randn(2, 4))  # the cached entry, too
 
 
+@needs_hook
+def test_a_caller_breaks_at_the_call_that_raised_and_compiles_the_rest():
+    # The caller took no compile-path decision before the call: it breaks there as at any call
+    # (the callee, run natively, is its own eager frame) and its own ops stay in graphs.
+    x = torch.randn(2, 4)
+    report = ptc_capture.explain(_model_forward)(x)
+    torch.testing.assert_close(report.out, _model_forward(x))
+    assert report.graph_count == 3 and report.graph_break_count == 2, str(report)
+    assert [len(ops) for ops in report.ops_per_graph] == [1, 1, 1], str(report)
+
+
 def _raises_on_purpose(x: torch.Tensor) -> torch.Tensor:
     y = x + 1
     if y.dim() == 2:
@@ -114,6 +125,27 @@ def _reads_missing_attributes(x: torch.Tensor, cache: object = None) -> torch.Te
     if hasattr(CONFIG, "missing") or not hasattr(CONFIG, "hidden"):
         x = x - 1000
     return x * scale + getattr(LAZY, "extra_bias", 7.0) + getattr(LAZY, "other", 0.25)
+
+
+def _reads_config_in_an_eager_frame(x: torch.Tensor) -> torch.Tensor:
+    try:
+        print(end="")  # a break inside a try block: this frame runs eagerly
+    finally:
+        y = x + 1
+    # Each read now runs _Config.__getattribute__ as a frame of its own, which raises for a
+    # missing name exactly as in eager: that frame has nothing to compile and is no break.
+    return y * getattr(CONFIG, "missing", 2.0) + getattr(CONFIG, "width", 0)
+
+
+@needs_hook
+def test_a_frame_that_raises_as_eager_does_is_not_a_graph_break():
+    x = torch.randn(3)
+    report = ptc_capture.explain(_reads_config_in_an_eager_frame)(x)
+    torch.testing.assert_close(report.out, _reads_config_in_an_eager_frame(x))
+    assert report.graph_break_count == 1, str(report)  # the try block's only
+    compiled = ptc_capture.optimize("eager")(_reads_config_in_an_eager_frame)
+    for _ in range(2):
+        compare_with_eager(compiled, _reads_config_in_an_eager_frame, torch.randn(3))
 
 
 def _reads_missing_attributes_of_new_objects(x: torch.Tensor) -> torch.Tensor:

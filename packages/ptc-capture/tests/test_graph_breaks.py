@@ -62,6 +62,28 @@ def _break_in_inlined_call(x):
     return z.exp()
 
 
+def _break_in_star_call(x):
+    y = x.relu()
+    args, kwargs = (y,), {}
+    z = _inner_breaks(*args, **kwargs)  # CALL_FUNCTION_EX with a keyword mapping
+    return z.exp()
+
+
+class _Scaler:
+    def __init__(self, factor):
+        self.factor = factor
+
+    def scale(self, t):
+        print("scale")
+        return t * self.factor
+
+
+def _break_in_star_method_call(x):
+    y = x.cos()
+    z = _Scaler(3.0).scale(*[y])  # CALL_FUNCTION_EX of a bound method, positional only
+    return z - y
+
+
 def _break_in_loop(x):
     for _ in range(3):
         x = x * 2
@@ -72,6 +94,15 @@ def _break_in_loop(x):
 
 def _break_with_live_stack(x):
     return x.sum() + torch.tensor(float(x.max().item()))
+
+
+def _break_in_enumerate_zip_loop(x):
+    # The resume function receives the live enumerate object, over a zip over list iterators.
+    for i, (a, b) in enumerate(zip([x.cos(), x * 2, x - 1], [1.0, 2.0, 3.0]), start=1):
+        x = x * a + b * i
+        if x.sum() > 1e6:
+            x = x / 2
+    return x
 
 
 def _two_breaks(x):
@@ -88,7 +119,10 @@ BREAK_CASES = [
     (_item_break, 2, 1),
     (_data_dependent_if, 2, 1),
     (_break_in_inlined_call, 4, 2),
+    (_break_in_star_call, 4, 2),
+    (_break_in_star_method_call, 3, 2),
     (_break_in_loop, 3, 3),
+    (_break_in_enumerate_zip_loop, 3, 3),
     (_two_breaks, 3, 2),
 ]
 

@@ -451,3 +451,34 @@ def test_iterating_a_parameter_list_is_one_graph_and_sees_appended_parameters():
     model.weights.append(torch.nn.Parameter(torch.ones(3)))  # a new key: the guard misses, a new capture
     compare_with_eager(compiled, model, torch.randn(3))
     assert backend.count == 2
+
+
+class _Router(torch.nn.Module):
+    """SwitchTransformers' router: casts itself to its dtype in every forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.classifier = torch.nn.Linear(4, 3)
+        self.register_buffer("bias", torch.zeros(3))
+        self.dtype = torch.float32
+
+    def forward(self, x):
+        x = x.to(self.dtype)
+        self.classifier = self.classifier.to(self.dtype)
+        return self.classifier(x).softmax(-1) + self.bias
+
+
+def test_module_to_that_converts_nothing_is_the_module_itself_in_one_graph():
+    router = _Router()
+    x = torch.randn(2, 4)
+    report = ptc_capture.explain(router)(x)
+    torch.testing.assert_close(report.out, router(x))
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    # Once the module's tensors have another dtype, to() converts them: eager's own call does it.
+    compiled = ptc_capture.optimize("eager")(router)
+    router.double()
+    router.dtype = torch.float32
+    x = torch.randn(2, 4, dtype=torch.float64)
+    actual = compiled(x)
+    assert router.classifier.weight.dtype == torch.float32 and router.bias.dtype == torch.float64
+    torch.testing.assert_close(actual, router(x))

@@ -129,3 +129,49 @@ def test_as_tensor_of_a_tensor_is_that_tensor_or_its_conversion_in_one_graph():
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_as_tensor_of_tensors)
     compare_with_eager(compiled, _as_tensor_of_tensors, torch.randn(3), torch.arange(3))
     assert backend.count == 1
+
+
+def _chunked(x, window):
+    # Longformer's sizes: torch.div of Python ints is a 0-d tensor whose value the sizes need.
+    chunks = torch.div(x.size(1), window * 2, rounding_mode="trunc")
+    y = x.view(x.size(0), chunks, window * 2)[:, : chunks - 1]
+    count = torch.div(x.size(1), window, rounding_mode="trunc") - 1
+    z = y.new_zeros((x.size(0), count + 1, window))
+    steps = int((count * 2).item()) + int(chunks)
+    return y * 2, z + steps, count, chunks.dtype
+
+
+@pytest.mark.parametrize("window", [2, 4])
+def test_sizes_computed_as_tensors_of_python_numbers_are_one_graph(window):
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_chunked)
+    for _ in range(2):
+        compare_with_eager(compiled, _chunked, torch.randn(2, 16), window)
+    assert backend.count == 1
+    report = ptc_capture.explain(_chunked)(torch.randn(2, 16), window)
+    assert report.graph_break_count == 0, str(report)
+
+
+def test_tensors_of_python_numbers_follow_new_numbers_on_later_calls():
+    compiled = ptc_capture.optimize(CountingBackend())(_chunked)
+    for window in (2, 4, 8, 2):
+        compare_with_eager(compiled, _chunked, torch.randn(2, 16), window)
+
+
+def _written_after(x):
+    t = torch.div(8, 2, rounding_mode="trunc")
+    t.add_(2)
+    return x.view(int(t), -1), t * 2
+
+
+def _written_through_view(x):
+    t = torch.div(8, 2, rounding_mode="trunc")
+    t.view(1).mul_(2)
+    return x.view(t.item(), -1)
+
+
+@pytest.mark.parametrize("fn", [_written_after, _written_through_view])
+def test_tensor_of_python_numbers_written_in_place_gives_its_new_value(fn):
+    # The trace's kept value is stale after any write; the sizes must be the written ones.
+    compiled = ptc_capture.optimize(CountingBackend())(fn)
+    compare_with_eager(compiled, fn, torch.randn(24))

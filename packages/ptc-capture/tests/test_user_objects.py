@@ -269,6 +269,49 @@ def test_model_output_read_in_the_trace_matches_eager():
     assert ptc_capture.explain(_model_output_read)(x).graph_break_count == 0
 
 
+def _output_built_in_an_eager_frame(x):
+    y = x * 2
+    try:
+        print(end="")  # a break inside a try block: this frame runs eagerly
+    finally:
+        y = y + 1
+    # LayerOutput's __init__, __setattr__, __post_init__ and __setitem__ now run as frames of
+    # their own, each given the real object.
+    out = LayerOutput(y, hidden=(x,))
+    out["last"] = out.last + 1
+    out.loss = out.last.sum()
+    return out
+
+
+def _output_changed_after_a_break(x):
+    out = LayerOutput(x.relu(), hidden=(x,))
+    print(end="")  # out reaches the resume function as a local
+    out["last"] = out.last * 3
+    out.loss = out.last.mean()
+    return out, out.to_tuple(), len(out), list(out.keys()), dict(out.__dict__)
+
+
+@pytest.mark.parametrize("fn,breaks", [(_output_built_in_an_eager_frame, 1), (_output_changed_after_a_break, 1)],
+                         ids=["eager_frame", "resumed"])  # fmt: skip
+def test_model_output_from_the_frame_is_changed_without_breaks_as_eager_changes_it(fn, breaks):
+    # Stores on a dataclass dict subclass read from the frame run in the trace and are replayed
+    # onto the real object; each of its methods was a graph break of its own.
+    def seen(value):
+        # What eager code sees of a result: an output's class, keys, items and attributes.
+        if isinstance(value, tuple):
+            return tuple(seen(v) for v in value)
+        if isinstance(value, LayerOutput):
+            return type(value).__name__, list(value.keys()), list(value.to_tuple()), _fields_of(value)
+        return value
+
+    compiled = ptc_capture.optimize("eager")(fn)
+    for _ in range(2):  # the second call runs the cached entries
+        x = torch.randn(3, 4)
+        assert_same(seen(compiled(x)), seen(fn(x)))
+    report = ptc_capture.explain(fn)(torch.randn(3, 4))
+    assert report.graph_break_count == breaks, str(report)
+
+
 class Layer(abc.ABC):
     def __init__(self):
         self.state = None
@@ -812,3 +855,36 @@ def test_comparisons_of_objects_made_in_the_trace_run_their_special_methods():
     backend = CountingBackend()
     compare_with_eager(ptc_capture.optimize(backend, fullgraph=True)(_compare_objects), _compare_objects, torch.randn(3))
     assert backend.count == 1
+
+
+@dataclasses.dataclass
+class _PlainRecord(collections.OrderedDict):
+    first: Any = None
+    second: Any = None
+
+
+def _change_record_passed_in(rec, x):
+    rec["z"] = x * 2
+    rec["first"] = x + 1
+    rec.move_to_end("first")
+    rec.second = x - 1
+    del rec["z"]
+    rec["w"] = rec["first"] * 3
+    return rec["w"] + rec.second, len(rec)
+
+
+def test_a_record_passed_in_is_changed_in_one_graph_and_left_as_eager_leaves_it():
+    # A dataclass dict subclass from the caller: its item and attribute stores (and OrderedDict's
+    # own move_to_end) run in the trace and are replayed onto the caller's object after the graph.
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(_change_record_passed_in)
+    for _ in range(2):
+        x = torch.randn(3)
+        ours, theirs = _PlainRecord(first=1.0), _PlainRecord(first=1.0)
+        assert_same(compiled(ours, x), _change_record_passed_in(theirs, x))
+        assert list(ours.keys()) == list(theirs.keys()) == ["first", "w"]
+        assert_same(dict(ours), dict(theirs))
+        assert_same(vars(ours), vars(theirs))
+    assert backend.count == 1
+    report = ptc_capture.explain(_change_record_passed_in)(_PlainRecord(first=1.0), torch.randn(3))
+    assert report.graph_break_count == 0, str(report)

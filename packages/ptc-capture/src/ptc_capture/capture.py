@@ -128,12 +128,17 @@ def capture_frame(
         if fullgraph:
             where = record.stack[-1] if record.stack else code.co_filename
             raise GraphBreakError(f"graph break in {code.co_qualname}: {exc.reason} at {where}") from None
+        uncaught = isinstance(exc, Raised) and not any(in_try_block(c, offset) for c, offset in exc.frames)
+        if uncaught and state.compile_path_from is None:
+            # The trace took eager's path throughout, so eager raises it too (a config's
+            # __getattribute__ raising for getattr's default): the frame runs eagerly and raises
+            # from the user's own frame. Nothing of it is left out of a graph: not a break.
+            return _eager(state, code, None, f"{exc.reason}, as eager raises it")
         _break_log.debug("graph break in %s: %s", code.co_qualname, record)
-        if isinstance(exc, Raised) and not any(in_try_block(c, offset) for c, offset in exc.frames):
-            # Nothing traced catches it, so eager raises it too, unless the trace took another
-            # path than eager (code that reads torch.compiler.is_compiling()). Resuming would run
-            # the rest natively on the trace's path; the whole frame runs eagerly instead, where
-            # every decision is eager's (and an error is raised from the user's own frame).
+        if uncaught and not _callee_raised_on_eager_values(state, root, exc):
+            # Eager may not raise it: the trace took another path than eager (code that reads
+            # torch.compiler.is_compiling()). Resuming would run the rest natively on the trace's
+            # path; the whole frame runs eagerly instead, where every decision is eager's.
             return _eager(state, code, record, f"{exc.reason}, and no traced frame catches it")
         inst = _breaking_instruction(root)
         if any(v.kind == "method" and getattr(v.value, "__name__", "") == "__exit__" for v in root.stack):
@@ -173,6 +178,18 @@ def capture_frame(
         raise CaptureInternalError(message) from exc
 
 
+def _callee_raised_on_eager_values(state: CaptureState, root: Frame, exc: Unsupported) -> bool:
+    """Whether ``exc`` came from a function the frame calls, and nothing the frame did before that
+    call took the compile path (the callee did): then the frame breaks at the call like at any other.
+
+    The callee, run natively, is captured as a frame of its own (running eagerly where it
+    raises), and the rest of this frame is still compiled, so what it builds after the call
+    (a model output) is not left to an eager frame, where each store on it broke again.
+    """
+    began = state.compile_path_from
+    return isinstance(exc, Raised) and len(exc.frames) > 1 and (began is None or began >= root.step)
+
+
 def _breaking_instruction(root: Frame) -> Any:
     inst = root.inst
     if inst is not None and inst.opname == "CALL" and root.ip >= 2:
@@ -206,10 +223,11 @@ def _guards_of(state: CaptureState) -> list[Guard]:
     return guards
 
 
-def _eager(state: CaptureState, code: types.CodeType, record: BreakRecord, why: str) -> Capture:
+def _eager(state: CaptureState, code: types.CodeType, record: BreakRecord | None, why: str) -> Capture:
     guards = _guards_of(state)
     _break_log.debug("%s runs eagerly: %s", code.co_qualname, why)
-    return Capture(code.co_qualname, guards, compile_guards(guards), breaks=[record], eager_reason=why)
+    breaks = [] if record is None else [record]
+    return Capture(code.co_qualname, guards, compile_guards(guards), breaks=breaks, eager_reason=why)
 
 
 def _tensors_in(values: list[Var], found: dict[Any, Var]) -> None:

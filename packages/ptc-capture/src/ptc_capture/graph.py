@@ -178,6 +178,15 @@ class GraphState:
         self.op_count += 1
         return self._wrap_result(node, result, device)
 
+    def constant_call(self, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], value: torch.Tensor) -> Var:
+        """Record a call of Python values alone whose real result, ``value``, the trace computed
+        (it takes no device argument, so it cannot run on the meta device as factories do)."""
+        fx_args, _, _ = _lower(args, self.sizes)
+        fx_kwargs, _, _ = _lower(kwargs, self.sizes)
+        node = self.graph.create_node(op, target, tuple(fx_args), dict(fx_kwargs))
+        self.op_count += 1
+        return self._wrap_result(node, value.to("meta"), value.device)
+
     def _run_meta(self, op: str, target: Any, target_meta: Any, meta_args: Any, meta_kwargs: dict[str, Any], grad: bool) -> Any:
         """Run the op on meta tensors (symbolic ones under ptc-spec's symbolic_dispatch)."""
         env = self.shape_env

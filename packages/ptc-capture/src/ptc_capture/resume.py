@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ptc_capture.bytecode.exceptiontable import ExceptionTableEntry, decode_exception_table, encode_exception_table
-from ptc_capture.interpreter.state import Unsupported, call_operands
+from ptc_capture.interpreter.state import Unsupported, call_operands, pop_call_ex_operands
 from ptc_capture.logs import channel
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
 ]  # fmt: skip
 
 PY312 = sys.version_info >= (3, 12)
+PY313 = sys.version_info >= (3, 13)
 _log = channel("bytecode")
 
 
@@ -292,6 +293,33 @@ def _call_kw_layouts(nulls: tuple[bool, ...], inst: dis.Instruction, insts: list
 
 
 NATIVE["CALL_KW"] = Native(_run_call_kw, _call_kw_layouts)
+
+
+def _ex_callable_depth(nulls: tuple[bool, ...], inst: dis.Instruction) -> int:
+    """How many stack entries CALL_FUNCTION_EX takes: the callable (with the NULL beside it), the
+    argument tuple and, with the low flag bit, the keyword mapping.
+
+    The NULL sits above the callable from 3.13, below it before; before 3.13 the interpreter
+    also takes a callable without one (https://docs.python.org/3.13/library/dis.html#opcode-CALL_FUNCTION_EX).
+    """
+    depth = 2 + ((inst.arg or 0) & 1)
+    below = len(nulls) - depth - 1
+    return depth + 1 if PY313 or (below >= 0 and nulls[below]) else depth
+
+
+def _run_call_function_ex(stack: list[Any], inst: dis.Instruction, kw_names: tuple[str, ...], insts: list[dis.Instruction]) -> int:
+    fn, args, kwargs = pop_call_ex_operands(stack, inst.arg or 0, NULL_MARK)
+    stack.append(fn(*args, **(kwargs or {})))
+    return _next_offset(insts, inst)
+
+
+def _call_function_ex_layouts(nulls: tuple[bool, ...], inst: dis.Instruction, insts: list[dis.Instruction]) -> dict[int, tuple[bool, ...]]:
+    return {_next_offset(insts, inst): nulls[: len(nulls) - _ex_callable_depth(nulls, inst)] + (False,)}
+
+
+# ``f(*args, **kwargs)``: the forwarding call of every decorator's wrapper and of layers called
+# with **kwargs; without it a break inside the callee ran the whole caller eagerly.
+NATIVE["CALL_FUNCTION_EX"] = Native(_run_call_function_ex, _call_function_ex_layouts)
 
 
 _JUMP_TESTS: dict[str, Callable[[Any], bool]] = {

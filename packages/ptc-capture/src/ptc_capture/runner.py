@@ -250,7 +250,10 @@ class RunnerSource:
         if is_view_iterator(box):
             return self._view_iterator(box)
         if box.step is not None:
-            raise Unsupported("a lazy iterator (map, zip, itertools) made in the trace cannot be rebuilt after the graph")
+            if box.remake is None or box.pos < len(box.items) or box.inner is not None or box.outer is not None:
+                raise Unsupported("a lazy iterator (itertools) made in the trace cannot be rebuilt after the graph")
+            remade, inputs = box.remake()
+            return f"{self.k(remade)}({', '.join(self.expr(v) for v in inputs)})"
         parts = [] if box.inner is None else [self.expr(box.inner)]
         if box.over is not None:
             parts.append(f"{self.k(_list_iterator)}({self.expr(box.over)}, {box.pos})")
@@ -340,6 +343,10 @@ class RunnerSource:
             box = effect.target.box
             if effect.target.kind == "list":
                 self.lines.append(f"    {target}[:] = [" + ", ".join(self.expr(v) for v in box.items) + "]")
+            elif effect.target.kind == "userobj":
+                # A dict subclass from the frame, refilled through its base's C methods: the
+                # class's own (a model output's update raises) ran in the trace already.
+                self.lines.append(f"    {self.k(refill_dict)}({target}, {self._contents(box.items)})")
             else:
                 items = ", ".join(f"{self.k(key)}: {self.expr(v)}" for key, v in box.items.items())
                 self.lines.append(f"    {target}.clear(); {target}.update({{{items}}})")
@@ -387,15 +394,22 @@ def new_object(
         obj = set.__new__(kind)
         set.update(obj, items)
     else:
-        base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
         obj = dict.__new__(kind)
-        for key, value in items:
-            base.__setitem__(obj, key, value)
+        refill_dict(obj, items)
     if attrs:
         obj.__dict__.update(attrs)
     for name, value in (slots or {}).items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def refill_dict(obj: Any, items: Iterable[tuple[Any, Any]]) -> None:
+    """Make the storage of ``obj`` (a dict or OrderedDict subclass instance) hold exactly
+    ``items``, in order, through the base class's own C methods (past the class's overrides)."""
+    base: Any = collections.OrderedDict if isinstance(obj, collections.OrderedDict) else dict
+    base.clear(obj)
+    for key, value in items:
+        base.__setitem__(obj, key, value)
 
 
 def _slot_names(code: types.CodeType) -> list[str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ptc_capture.variables import Var
 
-__all__ = ["Effect", "SideEffects"]
+__all__ = ["Effect", "SideEffects", "contents_box"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,11 @@ class SideEffects:
         """The value stored earlier in this trace, if any."""
         return self.attrs.get((id(target.value), name))
 
+    def replay_store(self, target: Var, name: str, value: Var) -> None:
+        """Record ``object.__setattr__(target, name, value)`` for an object the trace models itself
+        (a userobj from the frame, whose later reads come from its box, not from here)."""
+        self.log.append(Effect("raw_setattr", target, name, value))
+
     def has_stores(self, target: Var) -> bool:
         """Whether this trace stored any attribute on ``target``'s object."""
         return any(key[0] == id(target.value) for key in self.attrs)
@@ -56,10 +61,12 @@ class SideEffects:
         return self.attrs.get((0, name))
 
     def mutate_contents(self, target: Var) -> None:
-        """Mark a list or dict from the frame as changed (its final contents are replayed once)."""
-        if target.box.mutated:
+        """Mark a list or dict from the frame, or the dict storage of a userobj from the frame, as
+        changed (its final contents are replayed once)."""
+        box = contents_box(target)
+        if box.mutated:
             return
-        target.box.mutated = True
+        box.mutated = True
         self.log.append(Effect("contents", target, None, None))
 
     def call_after(self, call: Var) -> None:
@@ -73,6 +80,11 @@ class SideEffects:
             if effect.value is not None:
                 found.append(effect.value)
             if effect.kind == "contents" and effect.target is not None:
-                box = effect.target.box
+                box = contents_box(effect.target)
                 found.extend(box.items if isinstance(box.items, list) else box.items.values())
         return found
+
+
+def contents_box(target: Var) -> Any:
+    """The ListBox or DictBox holding ``target``'s contents (a userobj's storage is in its ObjBox)."""
+    return target.box.items if target.kind == "userobj" else target.box

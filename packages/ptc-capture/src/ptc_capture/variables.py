@@ -84,10 +84,16 @@ class IterBox:
     reverse: bool = False
     """For the iterator of a dict view (``over`` is a ``view`` Var, ``items`` the keys it walks):
     whether it is ``reversed(view)``'s."""
+    remake: Callable[[], tuple[Any, list[Var]]] | None = None
+    """With ``step``: the callable and arguments that make, now, a real iterator that goes on as
+    this one (``enumerate`` over the rest of its input from its next count), so that a graph
+    break inside a loop over it can hand the iterator to the resume function."""
 
     def pending(self) -> list[Var]:
         """The Vars this iterator may still produce or read (for liveness and rebuilding)."""
         rest = list(self.items[self.pos :])
+        if self.step is not None and self.remake is not None:
+            rest += self.remake()[1]
         return rest + [v for v in (self.inner, self.outer) if v is not None]
 
 
@@ -379,6 +385,12 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
         return _wrap_iterator(state, value, source)
     if ty in _DICT_ITERATORS and source is not None and source.kind == "local" and source.name == ".0":
         return _wrap_comprehension_iterator(state, value, source)
+    if (ty is enumerate or ty is zip) and source is not None:
+        from ptc_capture.interpreter.iterators import resumed_lazy_iterator
+
+        found = resumed_lazy_iterator(state, value, source)
+        if found is not None:
+            return found
     if ty in _DICT_ITERATORS and source is not None:
         from ptc_capture.interpreter.views import resumed_iterator
 
@@ -411,6 +423,12 @@ def wrap(state: CaptureState, value: Any, source: Source | None) -> Var:
             else:
                 guards.add(Guard("id", source, value))
         return Var("callable", value, source=source)
+    if source is not None and isinstance(value, dict):
+        from ptc_capture.interpreter.objects import wrap_record
+
+        record = wrap_record(state, value, source)
+        if record is not None:
+            return record
     if source is not None:
         guards.add(Guard("type", source, ty))
     return Var("object", value, source=source)

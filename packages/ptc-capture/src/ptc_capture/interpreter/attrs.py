@@ -428,8 +428,8 @@ def _delete_attr(frame: Frame, inst: dis.Instruction) -> None:
 def delete_attribute(frame: Frame, obj: Var, name: str) -> None:
     """Trace ``del obj.<name>`` (and ``delattr``) on an object made in the trace: its instance
     dict loses the entry. Elsewhere (objects from the frame) a graph break."""
-    if obj.kind != "userobj":
-        raise Unsupported(f"deleting attribute {name!r} of a {obj.kind} is not supported")
+    if obj.kind != "userobj" or obj.source is not None:
+        raise Unsupported(f"deleting attribute {name!r} of a {obj.kind} from the frame is not supported")
     cls = obj.value
     deleter = class_attr(cls, "__delattr__")
     if isinstance(deleter, types.FunctionType):
@@ -449,7 +449,7 @@ def delete_attribute(frame: Frame, obj: Var, name: str) -> None:
 
 def _object_delattr(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
     # object.__delattr__, reached through super() past a class's own __delattr__.
-    if len(args) != 2 or kwargs or args[0].kind != "userobj":
+    if len(args) != 2 or kwargs or args[0].kind != "userobj" or args[0].source is not None:
         raise Unsupported("object.__delattr__ on a value not made in the trace")
     name = args[1].value if args[1].kind == "const" else None
     if not isinstance(name, str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dis
 from typing import Any
 
+from ptc_capture.interpreter.constant_tensors import with_known_scalars
 from ptc_capture.interpreter.containers import mapping_items
 from ptc_capture.interpreter.loop import handler
 from ptc_capture.interpreter.ops import slice_var
@@ -68,6 +69,10 @@ def _set_at(frame: Frame, depth: int) -> set[object]:
 @handler("BUILD_SLICE")
 def _build_slice(frame: Frame, inst: dis.Instruction) -> None:
     parts = frame.popn(iarg(inst))
+    numbers = with_known_scalars(frame.state, tuple(parts), {})
+    if numbers is not None:
+        # x[:n] with n a 0-d tensor Python numbers alone decide: indexing reads it by __index__.
+        parts = list(numbers[0])
     if any(p.kind == "sym" for p in parts) and all(p.kind in ("const", "sym") for p in parts):
         # A bound computed from dynamic sizes (x[:, :n]) stays symbolic: the graph slices at
         # whatever n is at run time.

@@ -370,6 +370,10 @@ _SYMBOLIC_CONVERSIONS: dict[type, Callable[[Any], Any]] = {int: torch.sym_int, f
 def _scalar(kind: type) -> Caller:
     def convert(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
         if args and args[0].kind == "tensor":
+            known = frame.state.known.get(args[0].node)
+            if known is not None and len(args) == 1 and not kwargs and kind is not str:
+                # A tensor Python numbers alone decide (interpreter/constant_tensors.py).
+                return from_python(_eagerly(kind, known))
             raise Unsupported(f"{kind.__name__}() of a tensor reads its data (data-dependent)")
         if len(args) == 1 and not kwargs and args[0].kind == "sym" and kind in _SYMBOLIC_CONVERSIONS:
             value = args[0].value
@@ -674,7 +678,14 @@ def _signature(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
 
 def register_is_compiling(function: Any) -> None:
     """Make ``function()`` trace as True (ptc_capture.is_compiling)."""
-    BUILTINS[id(function)] = lambda frame, fn, args, kwargs: const(True)
+
+    def answer(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
+        state = frame.state
+        if state.compile_path_from is None:
+            state.compile_path_from = state.steps
+        return const(True)
+
+    BUILTINS[id(function)] = answer
 
 
 # torch.compiler.is_compiling() is documented as the switch libraries use to take their

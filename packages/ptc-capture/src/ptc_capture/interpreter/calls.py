@@ -18,10 +18,11 @@ import torch
 
 from ptc_capture.autocast_state import AutocastExit
 from ptc_capture.guards import Source
+from ptc_capture.interpreter.constant_tensors import constant_tensor
 from ptc_capture.interpreter.dispatcher_ops import binding_op, custom_op_overload, dispatcher_call, is_dispatcher_op
 from ptc_capture.interpreter.loop import handler, run_frame
 from ptc_capture.interpreter.ops import has_sym
-from ptc_capture.interpreter.state import PY313, Frame, Raised, Unsupported, call_operands, iarg
+from ptc_capture.interpreter.state import Frame, Raised, Unsupported, call_operands, iarg, pop_call_ex_operands
 from ptc_capture.interpreter.values import (
     STORAGE_MUTATORS,
     as_const,
@@ -115,16 +116,7 @@ def _call_kw(frame: Frame, inst: dis.Instruction) -> None:
 
 @handler("CALL_FUNCTION_EX")
 def _call_function_ex(frame: Frame, inst: dis.Instruction) -> None:
-    kwargs_var = frame.pop() if iarg(inst) & 1 else None
-    args_var = frame.pop()
-    if PY313:
-        # callable, NULL, args (https://docs.python.org/3.13/library/dis.html#opcode-CALL_FUNCTION_EX).
-        frame.pop()
-        fn = frame.pop()
-    else:
-        fn = frame.pop()
-        if frame.stack and frame.stack[-1] is NULL:
-            frame.pop()
+    fn, args_var, kwargs_var = pop_call_ex_operands(frame.stack, iarg(inst), NULL)
     args = sequence_items(frame, args_var)
     kwargs: dict[str, Var] = {}
     if kwargs_var is not None:
@@ -370,9 +362,12 @@ def torch_call(frame: Frame, fn: Any, args: list[Var], kwargs: dict[str, Var]) -
     if not has_tensor(args) and not has_tensor(kwargs):
         if id(fn) in _PURE_TORCH or not _is_factory(fn):
             try:
-                return from_python(fn(*[as_const(a, "an argument") for a in args], **{k: as_const(v, "an argument") for k, v in kwargs.items()}))
+                value = fn(*[as_const(a, "an argument") for a in args], **{k: as_const(v, "an argument") for k, v in kwargs.items()})
             except Exception as exc:
                 raise Unsupported(f"{fn.__name__} raised {type(exc).__name__} at trace time") from exc
+            if isinstance(value, torch.Tensor):
+                return constant_tensor(frame, fn, args, kwargs, value)
+            return from_python(value)
         # A call without tensor inputs must be a tensor factory; it runs on the meta device so
         # tracing neither allocates nor advances the random generator.
         return graph_call(frame, "call_function", fn, tuple(args), kwargs, factory=True)

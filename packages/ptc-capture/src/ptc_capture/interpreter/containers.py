@@ -281,7 +281,7 @@ def _overrides_items(target: Var) -> bool:
 
 
 def _changed(frame: Frame, target: Var) -> None:
-    if target.kind == "dict" and target.source is not None:
+    if target.kind in ("dict", "userobj") and target.source is not None:
         frame.state.side_effects.mutate_contents(target)
 
 

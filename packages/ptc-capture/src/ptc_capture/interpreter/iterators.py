@@ -5,29 +5,35 @@ Each is an ``iter`` Var whose IterBox makes its items one at a time (``step``), 
 its inputs only as eager would: a list changed before an item is taken is read changed, a
 function's calls interleave with the consumer's code as in eager, and an endless iterator is
 fine as long as the consumer stops (the interpreter's step budget stops one drained whole).
+``map``, ``filter``, ``zip`` and ``enumerate`` also say how to make the real iterator they have
+become (``IterBox.remake``), so a graph break inside a loop over one hands it to the resume
+function, which reads a real ``enumerate``/``zip`` back through its ``__reduce__``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
+from typing import Any
 
+from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.builtins import builtin
 from ptc_capture.interpreter.calls import call
 from ptc_capture.interpreter.ops import binary
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, get_iter, iter_next, sequence_items, truth
 from ptc_capture.variables import IterBox, Var, const
 
-__all__: list[str] = []
+__all__ = ["resumed_lazy_iterator"]
 
 Args = list[Var]
 Kwargs = dict[str, Var]
 Step = Callable[[Frame], "Var | None"]
 
 
-def _lazy(step: Step) -> Var:
-    return Var("iter", box=IterBox([], step=step))
+def _lazy(step: Step, remake: Callable[[], tuple[object, list[Var]]] | None = None) -> Var:
+    return Var("iter", box=IterBox([], step=step, remake=remake))
 
 
 def _row(items: list[Var]) -> Var:
@@ -61,7 +67,7 @@ def _map(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
             row.append(item)
         return call(frame, func, row, {})
 
-    return _lazy(step)
+    return _lazy(step, lambda: (map, [func, *sources]))
 
 
 @builtin(filter)
@@ -77,7 +83,7 @@ def _filter(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
             item = iter_next(frame, source)
         return item
 
-    return _lazy(step)
+    return _lazy(step, lambda: (filter, [keep, source]))
 
 
 @builtin(zip)
@@ -85,8 +91,10 @@ def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     if set(kwargs) - {"strict"}:
         raise Unsupported("zip() takes only strict= (TypeError in eager)")
     strict = "strict" in kwargs and truth(kwargs["strict"])
-    sources = [get_iter(frame, a) for a in args]
+    return _zip_over([get_iter(frame, a) for a in args], strict)
 
+
+def _zip_over(sources: list[Var], strict: bool) -> Var:
     def step(frame: Frame) -> Var | None:
         row = []
         for i, source in enumerate(sources):
@@ -100,7 +108,7 @@ def _zip(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
             row.append(item)
         return _row(row) if sources else None
 
-    return _lazy(step)
+    return _lazy(step, lambda: (functools.partial(zip, strict=True) if strict else zip, sources))
 
 
 @builtin(enumerate)
@@ -108,14 +116,40 @@ def _enumerate(frame: Frame, fn: Var, args: Args, kwargs: Kwargs) -> Var:
     if not args or len(args) + len(kwargs) > 2 or set(kwargs) - {"start"}:
         raise Unsupported("enumerate() takes an iterable and start= (TypeError in eager)")
     start = kwargs["start"] if "start" in kwargs else (args[1] if len(args) > 1 else const(0))
-    counter = itertools.count(_int_arg(start, "enumerate(start=)"))
-    source = get_iter(frame, args[0])
+    return _enumerate_over(get_iter(frame, args[0]), _int_arg(start, "enumerate(start=)"))
+
+
+def _enumerate_over(source: Var, start: int) -> Var:
+    count = [start]
 
     def step(frame: Frame) -> Var | None:
         item = iter_next(frame, source)
-        return None if item is None else _row([const(next(counter)), item])
+        if item is None:
+            return None
+        count[0] += 1
+        return _row([const(count[0] - 1), item])
 
-    return _lazy(step)
+    return _lazy(step, lambda: (enumerate, [source, const(count[0])]))
+
+
+def resumed_lazy_iterator(state: CaptureState, value: Any, source: Source) -> Var | None:
+    """The iter Var of a real ``enumerate`` or ``zip`` object read from ``source`` (a loop over one
+    resumed after a graph break), over the iterators its ``__reduce__`` shows without advancing
+    it; None to leave it opaque."""
+    reduced = value.__reduce__()
+    reduce_source = Source("reduce", None, source)
+    state.guards.add(Guard("type", source, type(value)))
+    state.guards.add(Guard("len", reduce_source, (tuple, len(reduced))))
+    inputs = reduce_source.item(1)
+    if type(value) is enumerate:
+        state.guards.add(Guard("const", inputs.item(1), reduced[1][1]))
+        inner = state.wrap(reduced[1][0], inputs.item(0))
+        return _enumerate_over(inner, reduced[1][1]) if inner.kind == "iter" else None
+    state.guards.add(Guard("len", inputs, (tuple, len(reduced[1]))))
+    sources = [state.wrap(it, inputs.item(i)) for i, it in enumerate(reduced[1])]
+    if not all(v.kind == "iter" for v in sources):
+        return None
+    return _zip_over(sources, len(reduced) > 2 and bool(reduced[2]))
 
 
 @builtin(itertools.count)

@@ -42,6 +42,7 @@ def run_frame(frame: Frame) -> Var:
         frame.inst = inst
         frame.ip += 1
         state.steps += 1
+        frame.step = state.steps
         if state.steps > state.config.max_instructions:
             raise Unsupported(f"more than {state.config.max_instructions} instructions were interpreted")
         fn = HANDLERS.get(inst.opname)

@@ -1,5 +1,6 @@
 """nn.Module's member iterators (``named_parameters()``, ``buffers()``, ``children()``, ``modules()`` ...)
-traced from the module tree: the tree they walk is guarded, each member is read through its path.
+traced from the module tree: the tree they walk is guarded, each member is read through its path;
+and ``Module.to()`` that converts nothing.
 
 Eager runs these as generators that keep a memo set of the members seen; the trace instead
 asks the real module for the (name, member) pairs at trace time. What decides those pairs is
@@ -107,3 +108,40 @@ def _member_iterator(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, V
 
 
 builtin(*_ITERATORS)(_member_iterator)
+
+
+def _unchanged_by(tensor: torch.Tensor, device: torch.device | None, dtype: torch.dtype | None) -> bool:
+    """Whether ``Module.to``'s conversion leaves ``tensor`` as it is (its own test: dtype applies
+    to floating-point and complex tensors only)."""
+    if dtype is not None and (tensor.is_floating_point() or tensor.is_complex()) and tensor.dtype != dtype:
+        return False
+    # "cuda" without an index names the current device: left to eager (a break), conservatively.
+    return device is None or tensor.device == device
+
+
+@builtin(_Module.to)
+def _module_to(frame: Frame, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    # ``self.router = self.router.to(self.dtype)`` in a forward (SwitchTransformers): a module
+    # whose parameters and buffers already have the dtype and device is returned as it is, as
+    # eager's to() returns self after converting nothing. The tensors' dtypes and devices are
+    # guarded through the tree (each is read through its path); converting them would change
+    # the module in place, which runs outside the graph.
+    module_var = args[0] if args else None
+    if module_var is None or module_var.kind != "module" or module_var.source is None:
+        raise Unsupported("Module.to() of a module made in the trace")
+    values = [as_const(a, "an argument of Module.to()") for a in args[1:]]
+    options = {k: as_const(v, "an argument of Module.to()") for k, v in kwargs.items()}
+    try:
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*values, **options)
+    except Exception as exc:
+        raise Unsupported(f"Module.to() called with bad arguments ({type(exc).__name__} in eager)") from exc
+    if memory_format is not None or (dtype is not None and not (dtype.is_floating_point or dtype.is_complex)):
+        raise Unsupported("Module.to() with a memory format or an integral dtype runs outside the graph")
+    module = module_var.value
+    walk = list(module.named_modules())
+    for table in ("_parameters", "_buffers"):
+        _guard_tree(frame, module_var.source, table, walk)
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if not _unchanged_by(tensor, device, dtype):
+            raise Unsupported("Module.to() that converts parameters or buffers runs outside the graph")
+    return module_var

@@ -3,7 +3,10 @@
 
 An instance made while tracing is a ``userobj`` Var: its class in ``value``, its instance
 attributes in an ObjBox, and for subclasses of dict/OrderedDict (dataclass-style model outputs),
-list and set the container's contents in ``ObjBox.items``. The C slots its methods reach through
+list and set the container's contents in ``ObjBox.items``. A dataclass dict subclass read from
+the frame (a model output whose own ``__init__``/``__setitem__`` run as frames of their own, or
+one a resume function receives) is a userobj too, with a source: what the trace changes on it is
+replayed onto the real object after the graph (``record_changed``). The C slots its methods reach through
 ``super()`` (``object.__setattr__``, ``dict.__setitem__``, ``dict.get`` ...) have rules in the
 BUILTINS table, which also serve dict subclasses read from the frame (with a source) and plain
 dicts; list's and set's are in container_slots.py.
@@ -19,15 +22,15 @@ from typing import Any
 
 import torch
 
-from ptc_capture.guards import Guard
+from ptc_capture.guards import Guard, Source
 from ptc_capture.interpreter.calls import BUILTINS, Caller, call, inline_function
-from ptc_capture.interpreter.state import Frame, Unsupported
+from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
 from ptc_capture.interpreter.values import as_const, sequence_items
 from ptc_capture.variables import DictBox, ListBox, ObjBox, Var, const, constant_key, value_source
 
 __all__ = [
     "call_slot", "class_attr", "construct", "constructible", "container_base", "dict_base", "dict_storage", "has_instance_dict", "has_slot", "is_slot",
-    "iterate", "set_instance_attr", "store_attr", "userobj_truth",
+    "iterate", "record_changed", "set_instance_attr", "store_attr", "userobj_truth", "wrap_record",
 ]  # fmt: skip
 
 _DICT_BASES = (collections.OrderedDict, dict)
@@ -115,6 +118,55 @@ def construct(frame: Frame, cls: type, args: list[Var], kwargs: dict[str, Var]) 
     if not (result.kind == "const" and result.value is None):
         raise Unsupported(f"{cls.__name__}.__init__ returned a value (TypeError in eager)")
     return obj
+
+
+def wrap_record(state: CaptureState, value: Any, source: Source) -> Var | None:
+    """The userobj Var of a dataclass dict subclass read from ``source`` (a model output), or None
+    to leave it an opaque object.
+
+    Its storage keys and instance-dict keys are guarded and each value is read past the class's
+    own ``__getitem__``/``__getattribute__``, so the class's Python methods trace over the Var
+    as over one made in the trace; the stores they make are logged (``record_changed``).
+    """
+    cls = type(value)
+    base: Any = dict_base(cls)
+    if base is None or cls is base or not dataclasses.is_dataclass(cls) or not constructible(cls):
+        return None
+    if not has_instance_dict(cls) or any(is_slot(cls, name) for name in _slot_names(cls)):
+        return None
+    keys = tuple(base.keys(value))
+    attrs = vars(value)
+    # Keys without a literal form are read by position, which an OrderedDict's own order may reorder.
+    if not all(type(k) in (str, int) for k in keys) or not all(type(k) is str for k in attrs):
+        return None
+    state.guards.add(Guard("type", source, cls))
+    state.guards.add(Guard("keys", source, (cls, keys)))
+    dict_source = source.attr("__dict__")
+    state.guards.add(Guard("keys", dict_source, (dict, tuple(attrs))))
+    items = {k: state.wrap(base.__getitem__(value, k), value_source(source, k, i, raw=True)) for i, k in enumerate(keys)}
+    box = ObjBox({name: state.wrap(v, dict_source.item(name)) for name, v in attrs.items()}, DictBox(items))
+    return state.remember_box(value, Var("userobj", cls, box=box, source=source))
+
+
+def _slot_names(cls: type) -> list[str]:
+    names: list[str] = []
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    return names
+
+
+def record_changed(frame: Frame, obj: Var, attr: str | None = None) -> None:
+    """Log a change the trace made to a userobj from the frame (``attr``: that attribute was
+    stored, else its contents changed), to be replayed onto the real object after the graph."""
+    if obj.source is None:
+        return
+    effects = frame.state.side_effects
+    if attr is None:
+        effects.mutate_contents(obj)
+    else:
+        # Replayed past the class's own __setattr__, whose logic the trace already ran.
+        effects.replay_store(obj, attr, obj.box.attrs[attr])
 
 
 def _empty_storage(base: type | None) -> DictBox | ListBox | set[Any] | None:
@@ -205,6 +257,7 @@ def set_instance_attr(frame: Frame, obj: Var, name: str, value: Var) -> None:
         if not has_instance_dict(cls):
             raise Unsupported(f"{cls.__name__} object has no attribute {name!r} (__slots__; AttributeError in eager)")
     obj.box.attrs[name] = value
+    record_changed(frame, obj, name)
 
 
 def userobj_truth(frame: Frame | None, obj: Var) -> bool:
@@ -316,7 +369,7 @@ def _mutable(frame: Frame, args: list[Var]) -> tuple[DictBox, Any]:
     box, mutable, key = _self_and_key(frame, args)
     if not mutable:
         raise Unsupported(f"changing a {type(args[0].value).__name__} from the frame through its C slots")
-    if args[0].kind == "dict" and args[0].source is not None:
+    if args[0].kind in ("dict", "userobj") and args[0].source is not None:
         frame.state.side_effects.mutate_contents(args[0])
     return box, key
 

@@ -20,7 +20,9 @@ from ptc_capture.side_effects import SideEffects
 from ptc_capture.variables import NULL, CellBox, Var, wrap
 from ptc_spec import symbolic
 
-__all__ = ["PY313", "CaptureState", "Frame", "Raised", "Unsupported", "UserLocation", "call_operands", "iarg"]
+__all__ = [
+    "PY313", "CaptureState", "Frame", "Raised", "Unsupported", "UserLocation", "call_operands", "iarg", "pop_call_ex_operands",
+]  # fmt: skip
 
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
@@ -55,6 +57,24 @@ def call_operands(first: Any, second: Any, values: list[Any], null: Any) -> tupl
     if second is null:
         return first, values
     return first, [second, *values]
+
+
+def pop_call_ex_operands(stack: list[Any], flags: int, null: Any) -> tuple[Any, Any, Any]:
+    """Pop CALL_FUNCTION_EX's operands off ``stack``: the callable, the argument sequence and the
+    keyword mapping (None without flag bit 0), with the NULL beside the callable (``null``).
+
+    The NULL sits above the callable from 3.13 and below it before
+    (https://docs.python.org/3.13/library/dis.html#opcode-CALL_FUNCTION_EX).
+    """
+    kwargs = stack.pop() if flags & 1 else None
+    args = stack.pop()
+    if PY313:
+        stack.pop()
+        return stack.pop(), args, kwargs
+    fn = stack.pop()
+    if stack and stack[-1] is null:
+        stack.pop()
+    return fn, args, kwargs
 
 
 class Unsupported(Exception):
@@ -112,6 +132,12 @@ class CaptureState:
     deferred: list[Var] = field(default_factory=list)
     """Calls to run after the graph (see ptc_capture.deferred), in trace order."""
     steps: int = 0
+    known: dict[Any, torch.Tensor] = field(default_factory=dict)
+    """Graph node -> the real value of a small tensor that Python constants alone decide (see
+    interpreter/constant_tensors.py)."""
+    compile_path_from: int | None = None
+    """The step at which the trace first asked ``torch.compiler.is_compiling()``: from there on
+    its values may be the compile path's, not eager's."""
     realized: dict[int, Any] = field(default_factory=dict)
     """id(closure Var or CellBox) -> the real function or cell made from it for a class created in the trace."""
     closure_of: dict[int, Var] = field(default_factory=dict)
@@ -225,6 +251,8 @@ class Frame:
     depth: int = 0
     stop_at: int | None = None
     yielded: list[Var] | None = None
+    step: int = 0
+    """``state.steps`` when the current instruction began."""
 
     def __post_init__(self) -> None:
         # Shared by every frame of the code object (read only): a model inlines the same

@@ -11,6 +11,7 @@ import torch
 from ptc_capture.deferred import DeferredCall, deferred_in, mutates_tensors, unpacked, vars_in
 from ptc_capture.graph import MetaFailure
 from ptc_capture.guards import Guard, Source
+from ptc_capture.interpreter.constant_tensors import keep_known, known_scalar_read, with_known_scalars
 from ptc_capture.interpreter.state import CaptureState, Frame, Unsupported
 from ptc_capture.logs import channel
 from ptc_capture.symbolic_sizes import SYM_TYPES, concrete
@@ -320,12 +321,31 @@ def graph_call(
             f"{_call_label(op, target)} writes a tensor, which must not happen before {state.deferred[0].value.label}"
             " (deferred to after the graph) reads its arguments"
         )
+    if writes:
+        # The write may reach a tensor of known value, directly or through a view of it: no
+        # kept value can be trusted after it.
+        state.known.clear()
+    known = known_scalar_read(state, op, target, args)
+    if known is not None:
+        return known
     try:
-        return state.graph.call(op, target, args, kwargs, state.grad_enabled, mutates, factory)
+        result = state.graph.call(op, target, args, kwargs, state.grad_enabled, mutates, factory)
     except MetaFailure as exc:
+        # A size given as a tensor Python constants decide (Longformer's chunk count): eager's
+        # __index__ reads its number, which the trace knows (a method's self stays the tensor).
+        head, rest = (args[:1], args[1:]) if op == "call_method" else ((), args)
+        numbers = with_known_scalars(state, rest, kwargs)
+        if numbers is not None and not (writes or factory):
+            try:
+                return state.graph.call(op, target, head + numbers[0], numbers[1], state.grad_enabled, mutates, factory)
+            except MetaFailure:
+                pass
         if writes or factory:
             raise Unsupported(str(exc)) from exc
         return _defer(state, op, target, args, kwargs, _meta_reason(exc))
+    if state.known and not writes:
+        keep_known(state, op, target, args, kwargs, result)
+    return result
 
 
 def _meta_reason(exc: MetaFailure) -> str:
