@@ -175,3 +175,23 @@ def test_tensor_of_python_numbers_written_in_place_gives_its_new_value(fn):
     # The trace's kept value is stale after any write; the sizes must be the written ones.
     compiled = ptc_capture.optimize(CountingBackend())(fn)
     compare_with_eager(compiled, fn, torch.randn(24))
+
+
+@torch.jit.script
+def _scripted_bucket(positions: torch.Tensor, buckets: int) -> torch.Tensor:
+    sign = torch.sign(positions)
+    return sign * torch.clamp(positions.abs(), max=buckets) + (buckets // 2)
+
+
+def _calls_scripted(x):
+    positions = torch.arange(x.size(-1)) - 3
+    return x * _scripted_bucket(positions, 4)
+
+
+def test_torch_jit_script_function_is_traced_through_in_one_graph():
+    # DeBERTa's position buckets are torch.jit.script functions; eager runs TorchScript's build
+    # of the same Python code.
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend, fullgraph=True)(_calls_scripted)
+    compare_with_eager(compiled, _calls_scripted, torch.randn(2, 7))
+    assert backend.count == 1

@@ -427,6 +427,13 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         if apply_owner is not None:
             class_var = frame.state.wrap(apply_owner, fn.source.attr("__self__") if fn.source else None)
             return apply_function(frame, class_var, apply_owner, args, kwargs)
+    if isinstance(value, torch.jit.ScriptFunction):
+        original = getattr(value, "_torchdynamo_inline", None)
+        if isinstance(original, types.FunctionType):
+            # torch.jit.script keeps the Python function it compiled (for compilers to inline):
+            # eager runs TorchScript's build of that same code, so tracing it gives eager's values.
+            source = fn.source.attr("_torchdynamo_inline") if fn.source else None
+            return inline_function(frame, original, source, args, kwargs)
     name = getattr(value, "__qualname__", None) or type(value).__name__
     if isinstance(value, type) and issubclass(value, tuple):
         from ptc_capture.interpreter.container_slots import construct_tuple
