@@ -217,6 +217,8 @@ def _active_child(frame: Frame) -> Frame | None:
 def _guards_of(state: CaptureState) -> list[Guard]:
     """The trace's guards, the SymbolEnv's last: they read the symbols the tensor guards bind."""
     guards = list(state.guards)
+    if len(state.graph.input_sources) > 1:
+        guards.append(Guard("distinct_tensors", None))
     env = state.graph.shape_env
     if env.symbols:
         guards.append(Guard("shape_env", None, ShapeGuards.of(env)))

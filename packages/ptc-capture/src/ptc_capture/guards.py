@@ -30,7 +30,7 @@ _log = channel("guards")
 @dataclass(frozen=True, slots=True)
 class Source:
     """How to reach a value from a frame: ``kind`` is local/global/builtin/closure/attr/raw_attr/item/raw_item/listed/
-    values/raw_values/reduce/referents.
+    values/raw_values/reduce/referents/called.
 
     ``raw_attr`` reads ``object.__getattribute__(base, name)``, past any custom __getattribute__;
     ``raw_item`` reads ``dict.__getitem__(base, key)``, past a dict subclass's own ``__getitem__``;
@@ -43,6 +43,7 @@ class Source:
     function exposes its sequence and position without being advanced.
     ``referents`` lists what ``base`` holds (``gc.get_referents``): a dict view or a running dict
     iterator holds its dict first, and keeps no other reference to it.
+    ``called`` is ``base()``: the object a weak reference from the frame refers to.
     """
 
     kind: str
@@ -113,6 +114,7 @@ _DERIVED = {
     "item": "{base}[{name}]",
     "reduce": "{base}.__reduce__()",
     "referents": "__import__('gc').get_referents({base})",
+    "called": "{base}()",
 }
 
 
@@ -170,6 +172,10 @@ def _describe_expected(guard: Guard) -> str:
         return f"{ty.__name__} {dtype} {device} size={list(shape)} stride={list(stride)} requires_grad={rg}"
     if guard.kind == "id":
         return f"is {type(guard.expected).__name__} object at {id(guard.expected):#x}"
+    if guard.kind == "same_as":
+        return f"is {source_expr(guard.expected)}"
+    if guard.kind == "distinct_tensors":
+        return "the tensor inputs are distinct objects"
     if guard.kind in ("type", "len", "keys", "const"):
         return repr(guard.expected if not isinstance(guard.expected, type) else guard.expected.__name__)
     return repr(guard.expected)
@@ -281,6 +287,21 @@ def _emit_const(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]
 @_emitter("id")
 def _emit_id(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     return [f"if v is not {k(g.expected)}: return False"]
+
+
+@_emitter("same_as")
+def _emit_same_as(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
+    # One tensor reached through a second source (tied weights, `f(x, x)`): the trace made them
+    # one graph input and answered `is` between them, so they must stay one object.
+    return [f"if v is not {source_expr(g.expected)}: return False"]
+
+
+@_emitter("distinct_tensors")
+def _emit_distinct_tensors(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
+    # The graph's tensor inputs were distinct objects when traced (`a is b` answered False, a
+    # write to one not seen through another): `f(x, y)`'s entry must not serve `f(x, x)`. The
+    # tensor guards collect their objects' ids into _t as they check them.
+    return ["if len(set(_t)) != len(_t): return False"]
 
 
 @_emitter("type")
@@ -459,10 +480,13 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
             by_id[id(value)] = name
         return name
 
-    lines = ["def check(L, G, B, C):", "  try:"]
+    lines = ["def check(L, G, B, C):", "  try:", "    _t = []"]
     hoisted: dict[Any, str] = {}
     bound: set[str] = set()
     guards = list(guards)
+    # The distinctness check reads the ids the tensor guards collect, so it goes after all of them.
+    distinct = any(g.kind == "distinct_tensors" for g in guards)
+    guards = [g for g in guards if g.kind != "distinct_tensors"] + [g for g in guards if g.kind == "distinct_tensors"][:1]
     implied = _implied(guards)
     shared = _shared_sources([g for i, g in enumerate(guards) if i not in implied])
     for i, guard in enumerate(guards):
@@ -473,6 +497,8 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
             lines.append(f"    v = {source_expr(guard.source, hoisted)}")
         for line in _EMITTERS[guard.kind](guard, k, bound):
             lines.append("    " + line)
+        if guard.kind == "tensor" and distinct:
+            lines.append("    _t.append(id(v))")
     # A source that no longer resolves (missing key or attribute) is a guard miss, not an error.
     lines += ["  except Exception:", "    return False", "  return True"]
     text = "\n".join(lines)

@@ -10,6 +10,7 @@ import math
 import operator
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -427,6 +428,10 @@ def _call_python_object(frame: Frame, fn: Var, value: Any, args: list[Var], kwar
         if apply_owner is not None:
             class_var = frame.state.wrap(apply_owner, fn.source.attr("__self__") if fn.source else None)
             return apply_function(frame, class_var, apply_owner, args, kwargs)
+    if type(value) is weakref.ReferenceType and not args and not kwargs and fn.source is not None:
+        # A weak reference from the frame (nn.RNNBase's refs to its flat weights): its referent,
+        # read and guarded through the call, as eager's call returns it (None once it is gone).
+        return frame.state.wrap(value(), Source("called", None, fn.source))
     if isinstance(value, torch.jit.ScriptFunction):
         original = getattr(value, "_torchdynamo_inline", None)
         if isinstance(original, types.FunctionType):

@@ -151,6 +151,8 @@ class CaptureState:
         """Return the Var of a real tensor read from ``source`` (one placeholder per tensor object)."""
         found = self.tensors.get(id(tensor))
         if found is not None:
+            if source is not None and found.source is not None and source != found.source:
+                self.guards.add(Guard("same_as", source, found.source))
             return found
         if source is None:
             raise Unsupported("a tensor reached the trace without a source it can be read from at run time")
