@@ -112,3 +112,20 @@ def test_compile_events_carry_the_recompile_reason(backend: CountingBackend) -> 
         ("_double", 1, "x has 2 dims, expected 1"),
     ]
     assert not events.COMPILES.wanted()
+
+
+def _plus_if_same(a, b):
+    return a + 1 if a is b else a - 1
+
+
+def test_recompile_reason_names_inputs_that_became_one_tensor(backend: CountingBackend) -> None:
+    seen: list[events.CompileEvent] = []
+    unsubscribe = events.COMPILES.subscribe(seen.append)
+    try:
+        compiled = ptc_capture.optimize(backend)(_plus_if_same)
+        x = torch.randn(3)
+        compiled(x, torch.randn(3))
+        torch.testing.assert_close(compiled(x, x), x + 1)
+    finally:
+        unsubscribe()
+    assert [e.reason for e in seen] == [None, "a and b are one tensor; the entry was traced with distinct ones"]

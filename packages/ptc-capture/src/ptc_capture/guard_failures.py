@@ -81,6 +81,8 @@ def first_failure(guards: list[Guard], f_locals: dict[str, Any], f_globals: dict
     scope = {"L": f_locals, "G": f_globals, "B": f_builtins, "C": closure}
     values: dict[sympy.Symbol, int] = {}
     where: dict[sympy.Symbol, str] = {}
+    tensors: dict[int, str] = {}
+    aliased: str | None = None
     for guard in guards:
         try:
             if guard.kind == "tensor" and guard.source is not None:
@@ -88,6 +90,12 @@ def first_failure(guards: list[Guard], f_locals: dict[str, Any], f_globals: dict
                 if not isinstance(value, torch.Tensor):
                     return f"{source_label(guard.source)} is a {type(value).__name__}, expected a tensor"
                 found = _tensor_failure(guard, value, values, where)
+                label = source_label(guard.source)
+                if id(value) in tensors and aliased is None:
+                    aliased = f"{tensors[id(value)]} and {label} are one tensor; the entry was traced with distinct ones"
+                tensors.setdefault(id(value), label)
+            elif guard.kind == "distinct_tensors":
+                found = aliased
             elif guard.kind == "int_symbol" and guard.source is not None:
                 value = _read(guard.source, scope)
                 if type(value) is not int:
