@@ -22,7 +22,8 @@ under ``torch.compiler.is_compiling()``, e.g. UMT5's decoder materializes its ca
 With --train, the train-mode forward (dropout off) is explained too and its gradients compared.
 With --backend (e.g. inductor), the model also runs through ``ptc.compile`` and is compared.
 
-Each model runs in its own subprocess (--timeout each), so a crash or a hang ends only that
+Each model runs in its own process, forked from a server that imported torch, the model libraries
+and ptc once (--timeout each), so a crash or a hang ends only that
 model. Results go to --out (JSON) and a markdown table beside it (same name, ``.md``).
 
 A run longer than one call allows is split with --shard K/N (and --deadline, which stops
@@ -43,7 +44,6 @@ import json
 import multiprocessing
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 BASELINE = Path(__file__).resolve().parent / "capture_sweep_baseline.json"
-RESULT_MARK = "CAPTURE-SWEEP-RESULT "
 BATCH = 2
 SEQUENCE = 16
 
@@ -447,18 +446,6 @@ def run_one(entry: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _worker_main(entry_json: str, options_json: str) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    entry, options = json.loads(entry_json), json.loads(options_json)
-    try:
-        result = run_one(entry, options)
-    except Exception as exc:
-        lines = traceback.format_exception(exc)
-        result = {"id": entry["id"], "status": "sweep_error", "detail": " ".join("".join(lines[-3:]).split())[:500]}
-    print(RESULT_MARK + json.dumps(result), flush=True)
-    return 0
-
-
 # -- the sweep ---------------------------------------------------------------------------------
 
 
@@ -529,25 +516,6 @@ def _run_forked(entry: dict[str, Any], options: dict[str, Any], timeout: float, 
         tail = " ".join(Path(log.name).read_text(errors="replace").strip().splitlines()[-3:])[:400]
         return {"id": entry["id"], "status": "crash", "detail": f"exit {process.exitcode}: {tail}",
                 "seconds": round(time.perf_counter() - start, 1)}
-
-
-def _run_in_subprocess(entry: dict[str, Any], options: dict[str, Any], timeout: float, deadline: float) -> dict[str, Any]:
-    if deadline and time.monotonic() > deadline:
-        return {"id": entry["id"], "status": "not_run", "detail": "the sweep reached --deadline"}
-    env = {**os.environ, **OFFLINE}
-    command = [sys.executable, str(Path(__file__).resolve()), "--run-one", json.dumps(entry), json.dumps(options)]
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return {"id": entry["id"], "status": "timeout", "detail": f"over {timeout:.0f} s", "seconds": round(timeout, 1)}
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            found: dict[str, Any] = json.loads(line[len(RESULT_MARK) :])
-            return found
-    tail = " ".join(done.stderr.strip().splitlines()[-3:])[:400]
-    return {"id": entry["id"], "status": "crash", "detail": f"exit {done.returncode}: {tail}",
-            "seconds": round(time.perf_counter() - start, 1)}
 
 
 def more_breaks(result: dict[str, Any]) -> bool:
@@ -648,12 +616,7 @@ def main() -> int:
                         help="take the results of earlier --out files (e.g. shards) instead of running, for --check, --write-baseline, --out")
     parser.add_argument("--resume", nargs="+", default=[],
                         help="skip the models these earlier --out files have a result for (not_run ones run again)")
-    parser.add_argument("--spawn", action="store_true",
-                        help="start each model's process from scratch instead of forking it from a preloaded server")
-    parser.add_argument("--run-one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.run_one:
-        return _worker_main(*args.run_one)
     if args.load:
         files = [json.loads(Path(name).read_text()) for name in args.load]
         # A model in several files (a rerun after a fix) takes its result from the last one.
@@ -676,8 +639,7 @@ def main() -> int:
     start = time.perf_counter()
     results = []
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        runner = _run_in_subprocess if args.spawn else _run_forked
-        futures = [pool.submit(runner, e, options, args.timeout, deadline) for e in entries]
+        futures = [pool.submit(_run_forked, e, options, args.timeout, deadline) for e in entries]
         for future in futures:
             r = future.result()
             results.append(r)

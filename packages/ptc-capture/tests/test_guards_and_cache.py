@@ -314,14 +314,15 @@ def test_tied_weights_untied_later_recompile():
 
 
 @needs_hook
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
-def test_recurrent_modules_are_one_graph_and_follow_replaced_weights(cls):
+def test_recurrent_modules_are_one_graph_and_follow_replaced_weights(cls, dtype):
     # nn.RNNBase checks its weak references to the flat weights in every forward.
     torch.manual_seed(0)
-    model = cls(8, 16, num_layers=2, batch_first=True)
+    model = cls(8, 16, num_layers=2, batch_first=True).to(dtype)
     backend = CountingBackend()
     compiled = ptc_capture.optimize(backend)(model)
-    x = torch.randn(2, 5, 8)
+    x = torch.randn(2, 5, 8, dtype=dtype)
     torch.testing.assert_close(compiled(x), model(x))
     assert backend.count == 1
     with torch.no_grad():

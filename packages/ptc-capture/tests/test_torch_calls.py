@@ -195,3 +195,11 @@ def test_torch_jit_script_function_is_traced_through_in_one_graph():
     compiled = ptc_capture.optimize(backend, fullgraph=True)(_calls_scripted)
     compare_with_eager(compiled, _calls_scripted, torch.randn(2, 7))
     assert backend.count == 1
+
+
+def test_tensors_of_python_numbers_over_dynamic_sizes_give_eager_results():
+    # With the sequence length symbolic, torch.div(x.size(1), ...) has no single value: the
+    # trace must not keep one (a break is allowed, a stale size is not).
+    compiled = ptc_capture.optimize(CountingBackend(), dynamic=True)(_chunked)
+    for length in (16, 24, 32):
+        compare_with_eager(compiled, _chunked, torch.randn(2, length), 2)

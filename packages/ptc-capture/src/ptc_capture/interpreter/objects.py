@@ -132,8 +132,8 @@ def wrap_record(state: CaptureState, value: Any, source: Source) -> Var | None:
     base: Any = dict_base(cls)
     if base is None or cls is base or not dataclasses.is_dataclass(cls) or not constructible(cls):
         return None
-    if not has_instance_dict(cls) or any(is_slot(cls, name) for name in _slot_names(cls)):
-        return None
+    if not has_instance_dict(cls) or any(type(v) is types.MemberDescriptorType for k in cls.__mro__ for v in vars(k).values()):
+        return None  # a __slots__ member holds state the instance dict does not show
     keys = tuple(base.keys(value))
     attrs = vars(value)
     # Keys without a literal form are read by position, which an OrderedDict's own order may reorder.
@@ -146,14 +146,6 @@ def wrap_record(state: CaptureState, value: Any, source: Source) -> Var | None:
     items = {k: state.wrap(base.__getitem__(value, k), value_source(source, k, i, raw=True)) for i, k in enumerate(keys)}
     box = ObjBox({name: state.wrap(v, dict_source.item(name)) for name, v in attrs.items()}, DictBox(items))
     return state.remember_box(value, Var("userobj", cls, box=box, source=source))
-
-
-def _slot_names(cls: type) -> list[str]:
-    names: list[str] = []
-    for klass in cls.__mro__:
-        slots = vars(klass).get("__slots__", ())
-        names += [slots] if isinstance(slots, str) else list(slots)
-    return names
 
 
 def record_changed(frame: Frame, obj: Var, attr: str | None = None) -> None:
