@@ -295,6 +295,8 @@ def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bo
     first = _step(compiled, inputs, spec.train)
     _sync(device)
     cold = time.perf_counter() - start
+    # Whether the output has eager's layout (a compiler may hand back a view of a padded buffer).
+    same_stride = tuple(first.stride()) == tuple(reference.stride())
     # CUDA-graph modes return outputs that the next replay overwrites.
     first = first.clone()
     for _ in range(3):
@@ -325,6 +327,7 @@ def run_worker(workload: str, impl: str, device_name: str, steps: int, small: bo
         "peak_mb": peak / 2**20,
         "steady_peak_mb": steady_peak / 2**20,
         "max_rel_error": _max_rel_error(first, reference),
+        "stride_as_eager": same_stride,
     }
 
 

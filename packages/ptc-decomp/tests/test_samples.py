@@ -149,7 +149,29 @@ MANUAL: dict[Any, list[Sample]] = {
     aten.xlogy.Scalar_Self: [lambda: ((0, r(5).abs()), {}), lambda: ((2.0, r(5, dtype=torch.int32) + 1), {})],
     aten.embedding_dense_backward.default: [lambda: ((r(2, 3, 4), torch.tensor([[0, 2, 2], [1, 0, 2]]), 5, 2, True), {})],
     aten.gelu.default: [lambda: ((r(6, dtype=torch.bfloat16),), {"approximate": "tanh"})],
+    # Eager's scan order decides the index: a NaN replaces the running max (the last NaN wins),
+    # ties keep the first, and a window of -inf starts at its first position inside the input.
+    aten.max_pool2d_with_indices.default: [
+        lambda: ((_special(2, 3, 7, 9), [3, 3], [2, 2], [1, 1], [1, 1], False), {}),
+        lambda: ((_special(1, 2, 8, 8, dtype=torch.bfloat16), [3, 2], [2, 3], [1, 1], [2, 1], True), {}),
+        lambda: ((_special(2, 5, 6), [2, 2], [1, 1], [0, 0], [1, 1], False), {}),
+        lambda: ((r(1, 2, 5, 5), [1, 1], [2, 2], [0, 0], [1, 1], False), {}),
+        lambda: ((r(1, 2, 9, 9), [8, 8], [1, 1], [2, 2], [1, 1], False), {}),  # over the chained-window limit
+    ],
+    aten.avg_pool2d.default: [
+        lambda: ((r(2, 3, 7, 9, dtype=torch.bfloat16), [3, 3], [2, 2], [1, 1], True, False, None), {}),
+        lambda: ((r(1, 2, 6, 5), [2, 3], [1, 2], [1, 1], False, True, 5), {}),
+    ],
 }
+
+
+def _special(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Random values with NaNs, -inf and repeated maxima scattered in."""
+    x = torch.round(r(*shape) * 2).to(dtype)
+    flat = x.view(-1)
+    flat[:: 7] = float("nan")
+    flat[3:: 11] = float("-inf")
+    return x
 # Ops eager cannot run here (cuDNN needs CUDA): compared with the CPU op of the same meaning.
 def _cudnn_batch_norm(*a: Any) -> tuple[torch.Tensor, ...]:
     out, mean, rstd = aten.native_batch_norm.default(*a)

@@ -60,6 +60,70 @@ def _lowest(dtype: torch.dtype) -> float | int:
     return float("-inf") if dtype.is_floating_point else torch.iinfo(dtype).min
 
 
+# Up to this many window positions a pooling op is a chain of pointwise ops over strided slices,
+# one slice per position, which fuse into one kernel that reads the input in place. The unfold
+# form stores every window first (ResNet-50's 3x3 max pool: a buffer 9x its output, 0.8 ms of
+# 3.7 on an H200 in bf16); it stays for larger windows, where the chain would grow the graph.
+_MAX_TAPS = 49
+
+
+def _taps(
+    x: torch.Tensor, kernel: list[int], stride: list[int], pad: list[int], dilation: list[int], out: list[Any], fill: Any, ceil_mode: bool
+) -> list[tuple[int, int, torch.Tensor]]:
+    """(kh, kw, (N, C, oH, oW) values at that offset of every window), offsets in row-major order."""
+    rights = [pad[i] + (stride[i] - 1 if ceil_mode else 0) for i in range(2)]
+    padded = aten.constant_pad_nd.default(x, [pad[1], rights[1], pad[0], rights[0]], fill)
+    taps = []
+    for i in range(kernel[0]):
+        top = i * dilation[0]
+        rows = aten.slice.Tensor(padded, 2, top, top + (out[0] - 1) * stride[0] + 1, stride[0])
+        for j in range(kernel[1]):
+            left = j * dilation[1]
+            taps.append((i, j, aten.slice.Tensor(rows, 3, left, left + (out[1] - 1) * stride[1] + 1, stride[1])))
+    return taps
+
+
+def _window_starts(out: Any, step: int, pad: int, dilation: int, device: torch.device) -> torch.Tensor:
+    """(out,) first position of each window along one dim, before padding (may be negative)."""
+    return aten.sub.Tensor(aten.mul.Tensor(aten.arange.start_step(0, out, 1, dtype=torch.int64, device=device), step), pad)
+
+
+def _first_inside(start: torch.Tensor, dilation: int) -> torch.Tensor:
+    """The first window position at or after 0: eager's starting argmax for a window that begins in the padding."""
+    behind = aten.clamp.default(aten.neg.default(start), 0, None)
+    return aten.add.Tensor(start, aten.mul.Tensor(aten.div.Tensor_mode(aten.add.Tensor(behind, dilation - 1), dilation, rounding_mode="floor"), dilation))
+
+
+def _max_pool_taps(
+    x: torch.Tensor, kernel: list[int], steps: list[int], pads: list[int], dils: list[int], out: list[Any], ceil_mode: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max pooling as eager's CUDA and CPU kernels scan a window: in row-major order, a value
+    replaces the running max when it is greater or NaN, and the index starts at the window's
+    first position inside the input.
+
+    The values are a chain of ``maximum`` (NaN wins, as in the scan), each link read once: with
+    the indices unused (inference) the whole window inlines into one expression of its readers,
+    where a select on a comparison would read each running max twice and store it."""
+    width = x.shape[3]
+    rows = aten.unsqueeze.default(_window_starts(out[0], steps[0], pads[0], dils[0], x.device), 1)
+    cols = _window_starts(out[1], steps[1], pads[1], dils[1], x.device)
+    taps = _taps(x, kernel, steps, pads, dils, out, _lowest(x.dtype), ceil_mode)
+    best = taps[0][2]
+    where = aten.add.Tensor(aten.mul.Tensor(_first_inside(rows, dils[0]), width), _first_inside(cols, dils[1]))
+    for i, j, value in taps[1:]:
+        take = aten.gt.Tensor(value, best)
+        if x.dtype.is_floating_point:
+            take = aten.logical_or.default(take, aten.isnan.default(value))
+        position = aten.add.Tensor(aten.mul.Tensor(aten.add.Tensor(rows, i * dils[0]), width), aten.add.Tensor(cols, j * dils[1]))
+        where = aten.where.self(take, position, where)
+        best = aten.maximum.default(best, value)
+    if where.dim() != best.dim():  # a 1x1 window: no comparison broadcast the index
+        where = aten.clone.default(aten.expand.default(where, list(best.shape)), memory_format=torch.contiguous_format)
+    if len(taps) == 1:
+        best = aten.clone.default(best, memory_format=torch.contiguous_format)
+    return best, where
+
+
 @register_decomposition(aten.max_pool2d_with_indices.default)
 def max_pool2d_with_indices(
     self: torch.Tensor,
@@ -75,6 +139,9 @@ def max_pool2d_with_indices(
     x = _batched(self)
     width = x.shape[3]
     out = [pooled_size(x.shape[2 + i], kernel[i], steps[i], pads[i], dils[i], ceil_mode) for i in range(2)]
+    if kernel[0] * kernel[1] <= _MAX_TAPS:
+        values, indices = _max_pool_taps(x, kernel, steps, pads, dils, out, ceil_mode)
+        return _unbatched(values, self), _unbatched(indices, self)
     windows = _windows(x, kernel, steps, pads, dils, out, _lowest(x.dtype), ceil_mode)
     values = aten.amax.default(windows, [-1], False)
     where = aten.argmax.default(windows, -1, False)
@@ -142,7 +209,14 @@ def avg_pool2d(
     """Window sums divided by the window size (with or without padding) or divisor_override."""
     x = _batched(upcast(self))
     kernel, steps, pads, out = _avg_setup(x, kernel_size, stride, padding, ceil_mode)
-    total = aten.sum.dim_IntList(_windows(x, kernel, steps, pads, [1, 1], out, 0, ceil_mode), [-1], False)
+    if kernel[0] * kernel[1] <= _MAX_TAPS:
+        # Summed in eager's order (row-major over the window); the padding adds zeros.
+        values = [v for _, _, v in _taps(x, kernel, steps, pads, [1, 1], out, 0, ceil_mode)]
+        total = values[0]
+        for value in values[1:]:
+            total = aten.add.Tensor(total, value)
+    else:
+        total = aten.sum.dim_IntList(_windows(x, kernel, steps, pads, [1, 1], out, 0, ceil_mode), [-1], False)
     if divisor_override:
         result = aten.div.Tensor(total, divisor_override)
     else:

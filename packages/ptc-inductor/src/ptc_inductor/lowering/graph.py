@@ -100,6 +100,18 @@ def _check_symbols(env: SizeEnv, where: str, values: Any) -> None:
         raise LoweringError(f"{where} has sizes over {names}, which the graph's shape env (gm.meta['ptc_shape_env']) does not define")
 
 
+def _dead_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """Side-effect-free calls whose values reach no output (the unused index half of a max pool).
+
+    The scheduler drops their kernels anyway; left in, they would count as readers of the values
+    they use and make those look worth storing rather than inlining."""
+    dead: set[torch.fx.Node] = set()
+    for node in reversed(gm.graph.nodes):
+        if node.op == "call_function" and all(u in dead for u in node.users) and not node.is_impure():
+            dead.add(node)
+    return dead
+
+
 def _op_name(target: Any) -> str:
     return str(getattr(target, "_name", None) or getattr(target, "__name__", target)).replace("::", ".") + (
         f".{target._overloadname}" if hasattr(target, "_overloadname") else ""
@@ -131,7 +143,10 @@ def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> Lowe
             return type(a)(fetch(x) for x in a)
         return a
 
+    dead = _dead_nodes(gm)
     for node in gm.graph.nodes:
+        if node in dead:
+            continue
         ctx.origin = node.name
         if node.op == "placeholder":
             meta = _simplified(_meta(node))
