@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="default", help="as tools/bench.py --dtype")
     parser.add_argument("--mode", default=None, help="compile mode (default: the workload's own, e.g. reduce-overhead for gpt-decode)")
     parser.add_argument("--cprofile", action="store_true", help="also print the Python functions the ptc steps spend CPU time in")
+    parser.add_argument("--host", action="store_true", help="also print a step's host time (and ptc's guard time) beside its synchronized time")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     spec = WORKLOADS[args.workload]
@@ -60,6 +61,8 @@ def main() -> None:
         print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total", row_limit=args.rows, max_name_column_width=70))
         if args.cprofile:
             _python_hotspots(model, inputs, spec.train, args.steps * 4, args.rows)
+        if args.host:
+            _host_split(model, inputs, spec.train, impl)
 
 
 def _sync() -> None:
@@ -87,6 +90,48 @@ def _python_hotspots(model: Any, inputs: tuple[Any, ...], train: bool, steps: in
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(rows)
     print(f"----- Python hotspots over {steps} steps (tottime)")
     print("\n".join(line[:180] for line in out.getvalue().splitlines()))
+
+
+def _host_split(model: Any, inputs: tuple[Any, ...], train: bool, impl: str, steps: int = 30) -> None:
+    """Median per step of: the synchronized step; the host time until the step returns (after a
+    synchronize, so the launch queue is empty); for ptc, the time in capture's guard checks.
+    A host time above the GPU time means the GPU waits for the host."""
+    import statistics
+    import time
+
+    from bench import _step
+
+    guard_time = [0.0]
+    if impl == "ptc":
+        import dataclasses
+
+        from ptc_capture.cache import all_caches
+
+        def timed(check: Any) -> Any:
+            def run(*a: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return check(*a)
+                finally:
+                    guard_time[0] += time.perf_counter() - t0
+
+            return run
+
+        for cache in all_caches():
+            cache.entries[:] = [dataclasses.replace(e, check=timed(e.check)) for e in cache.entries]
+    synced, host, guards = [], [], []
+    for _ in range(steps):
+        _sync()
+        guard_time[0] = 0.0
+        t0 = time.perf_counter()
+        _step(model, inputs, train)
+        t1 = time.perf_counter()
+        _sync()
+        synced.append(time.perf_counter() - t0)
+        host.append(t1 - t0)
+        guards.append(guard_time[0])
+    ms = [statistics.median(x) * 1e3 for x in (synced, host, guards)]
+    print(f"----- host split ({impl}): step {ms[0]:.3f} ms synchronized, {ms[1]:.3f} ms host until it returns, {ms[2]:.3f} ms in guards")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -407,3 +408,47 @@ def test_boxed_call_frees_each_input_after_its_last_use() -> None:
     mms = [i for i, e in enumerate(events) if e.startswith("aten.mm")]
     assert len(mms) == 3 and mms[0] < events.index("freed a") < mms[1], events
     torch.testing.assert_close(out[0] if isinstance(out, tuple) else out, fn(a, w))
+
+
+# -- kernel-local values: computed and read inside one Triton kernel, never stored ---------------
+
+
+def _masked_softmax(s: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    # The masked scores have three readers (the max, the exponent, the all-masked test), so they
+    # are realized; every reader sits in the same persistent kernel.
+    x = aten.add.Tensor(aten.where.ScalarOther(keep, s, float("-inf")), 0.5)
+    e = aten.exp.default(aten.sub.Tensor(x, aten.amax.default(x, [-1], True)))
+    p = aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True))
+    none_kept = aten.eq.Scalar(aten.amax.default(aten.ne.Scalar(x, float("-inf")), [-1], True), False)
+    return aten.where.ScalarSelf(none_kept, 0.0, p)
+
+
+def _running_max(x: torch.Tensor) -> torch.Tensor:
+    # Each running value is read twice (compared and selected): realized, all in one flat kernel.
+    best = x[0]
+    for i in range(1, x.shape[0]):
+        best = aten.where.self(aten.gt.Tensor(x[i], best), x[i], best)
+    return best
+
+
+@pytest.mark.skipif(not _INTERPRET, reason="Triton on CPU tensors needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("fn", "shapes"), [(_masked_softmax, [(2, 3, 8, 16), (2, 1, 1, 16)]), (_running_max, [(9, 4, 33)])])
+def test_values_read_only_inside_their_triton_kernel_are_never_stored(dtype: torch.dtype, fn: Callable[..., Any], shapes: list[tuple[int, ...]]) -> None:
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(shapes[0], generator=g).to(dtype)]
+    if len(shapes) > 1:
+        keep = torch.rand(shapes[1], generator=g) > 0.3
+        keep[0, 0, 0, :] = False  # a row with every score masked: the safe softmax gives zeros
+        inputs.append(keep)
+    compiled = _compile_on(fn, "triton", *inputs)
+    plan = compiled.memory_plan
+    assert plan is not None and compiled.schedule is not None
+    (kernel,) = compiled.schedule.kernels
+    written = [b.name for n in kernel.nodes for b in n.outputs]
+    (returned,) = re.findall(r"return \(?(buf\d+)", compiled.wrapper_source)
+    # Only the graph's output leaves the kernel: every other value it makes stays in registers,
+    # neither allocated by the wrapper nor stored by the kernel.
+    assert len(written) > 1 and set(written) - plan.local == {returned}
+    assert compiled.cpp_source.count("tl.store(") == 1
+    assert not any(f"{name} = _empty" in compiled.wrapper_source for name in plan.local)

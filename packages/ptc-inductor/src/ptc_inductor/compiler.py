@@ -111,7 +111,13 @@ def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> Co
     sched = schedule(lowered.nodes, cfg, lowered.output_buffers)  # 2. schedule and fuse into kernels
     start = _stage("schedule", start)
     cpp_kernels = {k.name for k in sched.kernels if not uses_triton(k, cfg)}
-    plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels)  # 3. plan memory
+    triton_kernels = {k.name for k in sched.kernels} - cpp_kernels
+    registers: frozenset[str] = frozenset()
+    if triton_kernels:
+        from .codegen.triton import local_buffers
+
+        registers = local_buffers(sched, triton_kernels, lowered.output_buffers, lowered.buffers, cfg)
+    plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels, registers)  # 3. plan memory
     start = _stage("plan memory", start)
     # 4. generate, build and load the kernels; one that writes no element is never launched (on a
     # GPU a kernel over a zero-size output would still run one program and write out of bounds)

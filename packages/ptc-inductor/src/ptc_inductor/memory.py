@@ -167,10 +167,12 @@ def _in_place_input(kernel: Kernel, out: Buffer, accesses: dict[str, Access], bu
 
 
 def plan_memory(
-    sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool, local_kernels: Collection[str] | None = None
+    sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool, local_kernels: Collection[str] | None = None,
+    extra_local: frozenset[str] = frozenset(),
 ) -> MemoryPlan:
-    """Plan allocations over ``sched``: buffers named in ``outputs`` live to the end."""
-    local = kernel_local_buffers(sched, outputs, local_kernels)
+    """Plan allocations over ``sched``: buffers named in ``outputs`` live to the end; those in
+    ``extra_local`` (kept in registers by Triton kernels) are never allocated, like C++ locals."""
+    local = kernel_local_buffers(sched, outputs, local_kernels) | extra_local
     last_use: dict[str, int] = {}
     defined: dict[str, int] = {}
     for i, step in enumerate(sched.steps):

@@ -87,7 +87,7 @@ def triton_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer]
     from ..triton_runtime import load_launchers, triton_options
     from .triton import generate_triton_kernel
 
-    kernels = [generate_triton_kernel(k, buffers, sched.accesses, config) for k in sched.kernels]
+    kernels = [generate_triton_kernel(k, buffers, sched.accesses, config, plan.local) for k in sched.kernels]
     if not kernels:
         return BackendOutput({}, "", None)
     launchers = load_launchers(kernels, triton_options(config), kernel_device(sched.kernels[0]), config)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,8 @@ from ..config import Config
 from ..errors import CodegenError
 from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar, xvar
 from ..ir import Buffer, ComputedNode
-from ..scheduler import CHUNK, ROW, Kernel, partial_index
+from ..memory import _inner, _shared_index
+from ..scheduler import CHUNK, ROW, Kernel, Schedule, partial_index
 from ..sizes import Size, equal, known_multiple, static_value, upper_bound
 from ..virtualized import set_ops_handler
 from . import triton_heuristics as heur
@@ -155,6 +156,13 @@ class TritonOps:
     # -- ops ---------------------------------------------------------------------------------
 
     def load(self, name: str, index: Expr) -> str:
+        if name in self.w.local:
+            # Kept in registers: the value this kernel computed for the same element. (Under a
+            # masked() region too: the value exists on every lane, the region's where() picks.)
+            key = self._forward_key(name, index)
+            if key is None or key not in self.w.forwarded:
+                raise CodegenError(f"{self.w.kernel.name}: kernel-local buffer {name} is read at {index}, where this kernel did not compute it")
+            return self.w.forwarded[key]
         dtype = self.w.buffers[name].layout.dtype
         key = self._forward_key(name, index) if not self.extra_masks else None
         if key is not None and key in self.w.forwarded:
@@ -181,6 +189,12 @@ class TritonOps:
 
     def store(self, name: str, index: Expr, value: str) -> None:
         dtype = self.w.buffers[name].layout.dtype
+        if name in self.w.local:
+            key = self._forward_key(name, index)
+            if key is None or self.extra_masks:
+                raise CodegenError(f"{self.w.kernel.name}: kernel-local buffer {name} is stored where its loads cannot find it")
+            self.w.forwarded[key] = self._as_loaded(value, dtype)
+            return
         self.w.params.setdefault(name, None)
         self.w.written.add(name)
         v = value
@@ -200,7 +214,11 @@ class TritonOps:
         self.lines.append(f"tl.store({name} + {where}, {v}{', ' + mask if mask else ''})")
         key = self._forward_key(name, index)
         if key is not None and not self.extra_masks:
-            self.w.forwarded[key] = self.to_dtype(value, dtype) if self.dtype_of(value) != compute_dtype(dtype) or dtype != compute_dtype(dtype) else value
+            self.w.forwarded[key] = self._as_loaded(value, dtype)
+
+    def _as_loaded(self, value: str, dtype: torch.dtype) -> str:
+        """``value`` as a load of it after a store to a ``dtype`` buffer gives it back (rounded)."""
+        return self.to_dtype(value, dtype) if self.dtype_of(value) != compute_dtype(dtype) or dtype != compute_dtype(dtype) else value
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
         return self._emit(tconst(value, dtype), compute_dtype(dtype))
@@ -323,8 +341,13 @@ class _PartialOps(TritonOps):
 
 
 class _KernelWriter:
-    def __init__(self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False, stored: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False, stored: frozenset[str] = frozenset(),
+        local: frozenset[str] = frozenset(),
+    ) -> None:
         self.kernel = kernel
+        # Buffers only this kernel reads, each at the element it wrote: kept in registers, never stored.
+        self.local = local
         self.buffers = buffers
         self.config = config
         self.counter = itertools.count()
@@ -523,16 +546,62 @@ def _strided_reduction(kernel: Kernel, accesses: dict[str, Any]) -> bool:
     return False
 
 
-def generate_triton_kernel(kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config) -> TritonKernel:
-    """Generate the Triton module (helpers and one ``@triton.jit`` function) of one kernel."""
+def local_buffers(sched: Schedule, kernels: Collection[str], outputs: Collection[str], buffers: dict[str, Buffer], config: Config) -> frozenset[str]:
+    """Buffers that Triton ``kernels`` keep in registers instead of storing: written by one node
+    of a flat or persistent kernel, read by no other step, and read in that kernel only at the
+    element its writer computed at the same point of the tile (what the load forwarding serves).
+
+    A softmax's masked scores (BERT's attention: read by the max, the exponent and the all-masked
+    test) were stored and loaded back, a full pass over the scores for nothing."""
+    readers: dict[str, set[str]] = {}
+    for step in sched.steps:
+        names = [r for n in step.nodes for r in sched.accesses[n.name].reads()] if isinstance(step, Kernel) else list(step.reads)
+        for name in names:
+            readers.setdefault(name, set()).add(step.name)
+    found: set[str] = set()
+    for kernel in sched.kernels:
+        if kernel.name not in kernels or kernel.partials:
+            continue
+        style = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, sched.accesses)).style
+        if style not in ("flat", "persistent"):
+            continue
+        k = len(kernel.outer)
+        for node in kernel.nodes:
+            if len(node.outputs) != 1:
+                continue
+            name = node.outputs[0].name
+            if name in outputs or readers.get(name, set()) - {kernel.name}:
+                continue
+            stores = {i for n, i in sched.accesses[node.name].stores if n == name}
+            if len(stores) != 1:
+                continue
+            wrote = _shared_index(node, k, next(iter(stores)))
+            if all(
+                _shared_index(other, k, i) == wrote and (not _uses_inner(wrote) or _inner(other, k) == _inner(node, k))
+                for other in kernel.nodes if other is not node
+                for n, i in sched.accesses[other.name].loads if n == name
+            ):  # fmt: skip
+                found.add(name)
+    return frozenset(found)
+
+
+def _uses_inner(index: Expr) -> bool:
+    return any(s.name.startswith("c") for s in index.free_symbols)
+
+
+def generate_triton_kernel(
+    kernel: Kernel, buffers: dict[str, Buffer], accesses: dict[str, Any], config: Config, local: frozenset[str] = frozenset()
+) -> TritonKernel:
+    """Generate the Triton module (helpers and one ``@triton.jit`` function) of one kernel; the
+    buffers in ``local`` (see local_buffers) stay in registers and are not parameters."""
     stored = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].stores)
-    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored)
+    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local)
     body = writer.body()
     head = writer.header()
-    names = list(writer.params)
+    names = [n for n in writer.params if n not in local]
     for node in kernel.nodes:
         for name, _ in (*accesses[node.name].loads, *accesses[node.name].stores):
-            if name not in names:
+            if name not in names and name not in local:
                 names.append(name)
     env = sizes.current()
     size_names = tuple(env.code_name(sym) for sym in sizes.ordered(writer.p.used))
