@@ -160,3 +160,29 @@ def test_guards_below_an_identity_guarded_mutable_object_stay(holder):
     assert check({"x": holder}, {}, {}, ())
     (holder.v if isinstance(holder, types.SimpleNamespace) else holder[0]).append(3)
     assert not check({"x": holder}, {}, {}, ())
+
+
+def test_what_two_sources_of_one_pinned_object_lead_to_is_checked_once(caplog):
+    # Two layers reach one class (say, for its forward's globals): once both are pinned to it,
+    # the guards below the second are the first's, and only the identity guards repeat.
+    class Shared:
+        scale = 2
+
+    a, b = Source("local", "a").attr("__class__"), Source("local", "b").attr("__class__")
+    guards = [Guard("id", a, Shared), Guard("const", a.attr("scale"), 2), Guard("id", b, Shared), Guard("const", b.attr("scale"), 2)]
+    with caplog.at_level("DEBUG", logger="ptc.capture.guards"):
+        check = compile_guards(guards)
+    text = caplog.records[-1].getMessage()
+    assert text.count(".scale") == 1 and text.count("__class__") == 2, text
+
+    class Other:
+        scale = 2
+
+    assert check({"a": Shared(), "b": Shared()}, {}, {}, ())
+    # The second source reaching another object fails its identity guard, which stays.
+    assert not check({"a": Shared(), "b": Other()}, {}, {}, ())
+    Shared.scale = 3
+    try:
+        assert not check({"a": Shared(), "b": Shared()}, {}, {}, ())
+    finally:
+        Shared.scale = 2

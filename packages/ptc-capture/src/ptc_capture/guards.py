@@ -467,6 +467,55 @@ def _shared_sources(guards: list[Guard]) -> set[Source]:
     return {s for s, n in uses.items() if n > 1 and s.kind not in ("local", "global", "builtin")}
 
 
+def _through_pinned(guards: list[Guard]) -> list[Guard]:
+    """The guards with each source read through the first source pinned to the same object, and
+    the duplicates this makes dropped.
+
+    An identity guard pins an object; whatever is read from it is the same through any source
+    that is pinned to it. Every layer of a transformer reaches its class's ``forward`` (and the
+    decorators' closures, their globals, ...) through its own module: twelve layers made twelve
+    copies of each of those guards, 90% of BERT's guard function. Only the part of a source
+    above the guarded value is rewritten: the identity guards themselves all stay.
+    """
+    first: dict[int, Source] = {}
+    pinned: dict[Source, Source] = {}
+    for g in guards:
+        if g.kind == "id" and g.source is not None:
+            pinned[g.source] = first.setdefault(id(g.expected), g.source)
+    if len(first) == len(pinned):
+        return guards
+    done: dict[Source, Source] = {}
+
+    def canonical(s: Source) -> Source:
+        found = done.get(s)
+        if found is None:
+            base = None if s.base is None else canonical(s.base)
+            same = base if base is None or base is s.base else None
+            found = s if same is not None or s.base is None else Source(s.kind, s.name, base)
+            target = pinned.get(s, pinned.get(found))
+            if target is not None and target != s and target != found:
+                found = canonical(target)
+            done[s] = found
+        return found
+
+    seen: set[Any] = set()
+    kept: list[Guard] = []
+    for g in guards:
+        if g.source is not None and g.source.base is not None:
+            base = canonical(g.source.base)
+            if base != g.source.base:
+                g = Guard(g.kind, Source(g.source.kind, g.source.name, base), g.expected)
+        try:
+            key = (g.kind, g.source, g.expected)
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # an unhashable expected value: kept as it is
+            duplicate = False
+        if not duplicate:
+            kept.append(g)
+    return kept
+
+
 def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], bool]:
     """Return one function ``check(L, G, B, C)`` that is True when every guard holds."""
     consts: dict[str, Any] = {}
@@ -483,7 +532,7 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
     lines = ["def check(L, G, B, C):", "  try:", "    _t = []"]
     hoisted: dict[Any, str] = {}
     bound: set[str] = set()
-    guards = list(guards)
+    guards = _through_pinned(list(guards))
     # The distinctness check reads the ids the tensor guards collect, so it goes after all of them.
     distinct = any(g.kind == "distinct_tensors" for g in guards)
     guards = [g for g in guards if g.kind != "distinct_tensors"] + [g for g in guards if g.kind == "distinct_tensors"][:1]
