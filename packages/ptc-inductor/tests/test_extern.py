@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import pytest
 import torch
 from conftest import check, trace_core
@@ -88,10 +90,26 @@ def test_seed_op_draws_from_torch_generator_at_run_time() -> None:
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+@pytest.fixture
+def set_tf32() -> Iterator[Callable[[bool], None]]:
+    """Sets torch.backends.cuda.matmul.allow_tf32 for one test and restores it after."""
+    before = torch.backends.cuda.matmul.allow_tf32
+
+    def set_to(allowed: bool) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+
+    yield set_to
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_products_with_unaligned_rows_run_in_padded_rows_and_match_eager(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The CUDA rule (an LM head over a 50257-token vocabulary), exercised on the CPU here.
+def test_products_with_unaligned_rows_run_in_padded_rows_and_match_eager(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]
+) -> None:
+    # The CUDA rule (an LM head over a 50257-token vocabulary), exercised on the CPU here; a
+    # float32 product is padded where TF32 runs it on the matrix units.
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    set_tf32(True)
     g = torch.Generator().manual_seed(0)
     x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((1024, 64), (1031, 64), (1031,)))
 
@@ -109,10 +127,14 @@ def test_products_with_unaligned_rows_run_in_padded_rows_and_match_eager(dtype: 
     assert all(e.outputs[0].layout.size == (1024, padded) for e in externs)
 
 
-def test_small_or_aligned_products_are_not_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tf32", [False, True])
+def test_small_aligned_or_full_precision_float32_products_are_not_padded(
+    tf32: bool, monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]
+) -> None:
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    set_tf32(tf32)
     g = torch.Generator().manual_seed(0)
-    for rows, cols in ((1024, 1032), (8, 1031)):
+    for rows, cols in ((1024, 1032), (8, 1031), *([] if tf32 else [(1024, 1031)])):
         x, w = torch.randn(rows, 64, generator=g), torch.randn(cols, 64, generator=g)
 
         def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -143,7 +165,7 @@ def test_operands_with_unaligned_rows_are_stored_in_aligned_rows_and_match_eager
     assert [e.args[1].buffer for e in externs] == ["arg1", "arg2"]
 
 
-def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]) -> None:
     # Both rules at once: the output's rows and the second operand's rows are unaligned.
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
     g = torch.Generator().manual_seed(0)
@@ -152,6 +174,7 @@ def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatc
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return aten.mm.default(x, w)
 
+    set_tf32(True)
     compiled = check(fn, x, w)
     (extern,) = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
     assert extern.outputs[0].layout.size == (1024, 1032)
