@@ -81,6 +81,16 @@ def test_flat_kernel_without_ragged_edge_has_no_mask() -> None:
     assert "tl.int32" not in compiled.kernels[0].source or "to(tl.int64)" not in compiled.kernels[0].source
 
 
+def test_a_large_flat_kernel_indexes_in_32_bits() -> None:
+    # 2**20 points: a flat kernel's index never exceeds its points plus one block, so 32 bits
+    # hold it (64-bit index arithmetic made large elementwise kernels, GPT-2's gelu among them,
+    # run well below bandwidth).
+    x = _rand(3, 1 << 18, 4)
+    compiled = check_triton(lambda x: aten.mul.Tensor(aten.erf.default(x), 0.5), x)
+    (kernel,) = compiled.kernels
+    assert kernel.style == "flat" and kernel.index_dtype == "tl.int32" and "tl.int64" not in kernel.source
+
+
 def test_transposed_and_broadcast_inputs_match_eager() -> None:
     a = _rand(33, 17).t()
     b = _rand(17, 1)

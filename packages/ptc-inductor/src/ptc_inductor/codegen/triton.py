@@ -343,9 +343,10 @@ class _PartialOps(TritonOps):
 class _KernelWriter:
     def __init__(
         self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False, stored: frozenset[str] = frozenset(),
-        local: frozenset[str] = frozenset(),
+        local: frozenset[str] = frozenset(), reads: frozenset[str] = frozenset(),
     ) -> None:
         self.kernel = kernel
+        self.reads = reads
         # Buffers only this kernel reads, each at the element it wrote: kept in registers, never stored.
         self.local = local
         self.buffers = buffers
@@ -401,11 +402,16 @@ class _KernelWriter:
         # 32-bit indices must be right at every size: symbolic sizes need bounded ranges.
         xs = upper_bound(self.xnumel)
         rs = [upper_bound(_numel(r)) for r in self.inners if r]
-        touched = {b.name for n in self.kernel.nodes for b in n.outputs}
+        # Every buffer it addresses: an offset into one it only reads is as large as that one.
+        touched = {b.name for n in self.kernel.nodes for b in n.outputs} | {r for r in self.reads if r in self.buffers}
         stores = [upper_bound(self.buffers[b].layout.storage_numel) for b in touched]
         if xs is None or any(v is None for v in (*rs, *stores)):
             return "tl.int64"
-        reach = (xs + heur.MAX_XBLOCK_FLAT) * max(max((v or 0 for v in rs), default=0) + heur.MAX_RBLOCK, 1)
+        # A flat kernel's index is xindex alone (up to one block past the end); an inner loop's
+        # also spans its range plus a block. (A flat kernel used to be charged an inner block
+        # too, so one over more than 2**19 points indexed in 64 bits.)
+        inner = max((v or 0 for v in rs), default=0) + heur.MAX_RBLOCK if rs else 1
+        reach = (xs + heur.MAX_XBLOCK_FLAT) * inner
         biggest = max((v or 0 for v in stores), default=0)
         return "tl.int32" if reach < INT32_LIMIT and biggest < INT32_LIMIT else "tl.int64"
 
@@ -595,7 +601,8 @@ def generate_triton_kernel(
     """Generate the Triton module (helpers and one ``@triton.jit`` function) of one kernel; the
     buffers in ``local`` (see local_buffers) stay in registers and are not parameters."""
     stored = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].stores)
-    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local)
+    reads = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].loads)
+    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads)
     body = writer.body()
     head = writer.header()
     names = [n for n in writer.params if n not in local]
