@@ -91,6 +91,20 @@ def test_a_large_flat_kernel_indexes_in_32_bits() -> None:
     assert kernel.style == "flat" and kernel.index_dtype == "tl.int32" and "tl.int64" not in kernel.source
 
 
+def test_fusion_never_leaves_a_large_pointwise_loop_to_a_few_dozen_programs() -> None:
+    # Attention's query and key head transposes (the key's last two dims swapped): fused over
+    # their common [8, 16] prefix, each of 128 programs would copy 2048 points in a loop.
+    q, k = _rand(8, 64, 16, 32), _rand(8, 64, 16, 32, seed=1)
+
+    def fn(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        heads_q = aten.clone.default(aten.permute.default(q, [0, 2, 1, 3]), memory_format=torch.contiguous_format)
+        heads_k = aten.clone.default(aten.permute.default(k, [0, 2, 3, 1]), memory_format=torch.contiguous_format)
+        return aten.mul.Tensor(heads_q, 0.125), aten.mul.Tensor(heads_k, 0.125)
+
+    compiled = check_triton(fn, q, k, backend="triton")  # the GPU rule, on whatever device runs the test
+    assert all(kernel.xnumel >= 1024 for kernel in compiled.kernels), [(k.style, k.xnumel) for k in compiled.kernels]
+
+
 def test_transposed_and_broadcast_inputs_match_eager() -> None:
     a = _rand(33, 17).t()
     b = _rand(17, 1)

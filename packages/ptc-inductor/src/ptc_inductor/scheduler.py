@@ -26,6 +26,13 @@ log = logging.getLogger("ptc.inductor.schedule")
 
 SMALL_OUTER = 64
 """Fusing may not shrink a kernel's parallel loop below this many points (it would serialize work)."""
+GPU_SMALL_OUTER = 1024
+GPU_LARGE_LOOP = 32768
+"""On a GPU, fusing may not take a parallel loop of GPU_LARGE_LOOP points or more (the kernel's,
+or the joining node's own) down to fewer than GPU_SMALL_OUTER: each outer point is a row of one
+program, and a few dozen programs leave most of the chip idle. BERT's query and key head
+transposes (393K points each, different inner orders) fused over their common [8, 12] prefix:
+96 programs; ResNet-50 fused its first batch-norm-ReLU with a weight's layout copy over [64]."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +215,8 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
         best_outer: tuple[Size, ...] = ()
         after_extern = False
         made = sum(sizes.hint(b.layout.nbytes) for b in node.outputs)
+        on_gpu = triton_device(config, node.outputs[0].layout.device)
+        own = sizes.hint(_numel(node.ranges))
         for si in range(len(steps) - 1, max(earliest, 0) - 1, -1) if config.fuse else ():
             step = steps[si]
             if isinstance(step, ExternNode):
@@ -223,6 +232,8 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
                 continue
             # Only a matter of speed (how much parallel work is left): decided at the hints.
             if outer != outers[si] and sizes.hint(_numel(outer)) < min(sizes.hint(_numel(outers[si])), SMALL_OUTER):
+                continue
+            if on_gpu and sizes.hint(_numel(outer)) < GPU_SMALL_OUTER and max(sizes.hint(_numel(outers[si])), own) >= GPU_LARGE_LOOP:
                 continue
             if not dependencies_ok(candidate, outer, accesses):
                 continue
