@@ -592,7 +592,8 @@ def local_buffers(sched: Schedule, kernels: Collection[str], outputs: Collection
 
 
 def _uses_inner(index: Expr) -> bool:
-    return any(s.name.startswith("c") for s in index.free_symbols)
+    """Whether an index of _shared_index's form reads a node's own inner loops (its c<j>)."""
+    return any(s.name[:1] == "c" and s.name[1:].isdigit() for s in index.free_symbols)
 
 
 def generate_triton_kernel(
