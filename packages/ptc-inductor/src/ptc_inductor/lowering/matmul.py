@@ -5,10 +5,10 @@ A result whose row length is not a multiple of 16 bytes (a language model's 5025
 vocabulary) gets a far slower fallback kernel: GPT-2's LM head in bf16 took 1.67 ms on an H200
 against 0.23 ms for the same product with aligned rows. Such a product is computed into rows
 padded to 16 bytes (the second operand, and addmm's bias, padded with zero columns, a copy that
-fuses into one kernel) and read back through a slice. A float32 product is padded only where it
-runs on the matrix units (TF32 allowed): on the CUDA cores alignment does not pay for the copy. The slice stays unrealized: a pointwise
+fuses into one kernel) and read back through a slice. The slice stays unrealized: a pointwise
 or reduction consumer (the loss) reads the padded rows directly, and an output the graph
-returns is stored once in eager's layout.
+returns is stored once in eager's layout. A float32 product is padded only where it runs on
+the matrix units (TF32 allowed): on the CUDA cores alignment does not pay for the copy.
 """
 
 from __future__ import annotations
