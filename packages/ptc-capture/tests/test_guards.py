@@ -186,3 +186,12 @@ def test_what_two_sources_of_one_pinned_object_lead_to_is_checked_once(caplog):
         assert not check({"a": Shared(), "b": Shared()}, {}, {}, ())
     finally:
         Shared.scale = 2
+
+
+def test_an_object_that_leads_to_itself_compiles_its_guards():
+    # type.__class__ is type: the first source pinned to it is read through the second.
+    t = Source("local", "x").attr("__class__")
+    guards = [Guard("id", t.attr("__class__"), type), Guard("id", t, type), Guard("const", t.attr("__name__"), "type")]
+    check = compile_guards(guards)
+    assert check({"x": int}, {}, {}, ())
+    assert not check({"x": 3}, {}, {}, ())

@@ -489,6 +489,9 @@ def _through_pinned(guards: list[Guard]) -> list[Guard]:
     def canonical(s: Source) -> Source:
         found = done.get(s)
         if found is None:
+            # Provisionally itself: an object that leads to itself (``type.__class__``) must not
+            # send the walk round in a circle.
+            done[s] = s
             base = None if s.base is None else canonical(s.base)
             same = base if base is None or base is s.base else None
             found = s if same is not None or s.base is None else Source(s.kind, s.name, base)
