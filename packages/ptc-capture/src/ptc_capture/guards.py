@@ -474,8 +474,9 @@ def _through_pinned(guards: list[Guard]) -> list[Guard]:
     An identity guard pins an object; whatever is read from it is the same through any source
     that is pinned to it. Every layer of a transformer reaches its class's ``forward`` (and the
     decorators' closures, their globals, ...) through its own module: twelve layers made twelve
-    copies of each of those guards, 90% of BERT's guard function. Only the part of a source
-    above the guarded value is rewritten: the identity guards themselves all stay.
+    copies of each of those guards (a 12-layer BERT's guard function: 9892 lines, 6465 without
+    the copies). Only the part of a source above the guarded value is rewritten: the identity
+    guards themselves all stay.
     """
     first: dict[int, Source] = {}
     pinned: dict[Source, Source] = {}
@@ -493,8 +494,7 @@ def _through_pinned(guards: list[Guard]) -> list[Guard]:
             # send the walk round in a circle.
             done[s] = s
             base = None if s.base is None else canonical(s.base)
-            same = base if base is None or base is s.base else None
-            found = s if same is not None or s.base is None else Source(s.kind, s.name, base)
+            found = s if base is s.base else Source(s.kind, s.name, base)
             target = pinned.get(s, pinned.get(found))
             if target is not None and target != s and target != found:
                 found = canonical(target)
