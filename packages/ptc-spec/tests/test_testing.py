@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ptc_spec.config import config_from_env
-from ptc_spec.testing import assert_same, compare_with_eager
+from ptc_spec.testing import assert_as_accurate_as_eager, assert_same, compare_with_eager
 
 
 def test_value_dtype_shape_and_structure_mismatches_are_caught() -> None:
@@ -46,6 +46,29 @@ def test_compare_with_eager_checks_gradients_and_mutations() -> None:
 
     with pytest.raises(AssertionError, match="inputs after the call"):
         compare_with_eager(forgets, mutates, torch.randn(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_accuracy_against_float64_accepts_one_rounding_and_catches_real_errors(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(64, 64, generator=gen) for _ in range(3))
+
+    def multiply_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return a * b + c  # eager rounds twice, a fused kernel once
+
+    low = [t.to(dtype) for t in (a, b, c)]
+    eager, reference = multiply_add(*low), multiply_add(*(t.double() for t in low))
+    fused = multiply_add(*(t.float() for t in low)).to(dtype)  # one rounding at the end, as a fused kernel
+    errors = assert_as_accurate_as_eager(fused, eager, reference)
+    assert errors["err_ptc"] < errors["err_eager"]
+    with pytest.raises(AssertionError, match="RMS error"):
+        assert_as_accurate_as_eager(fused.t().contiguous(), eager, reference)  # a layout error
+    with pytest.raises(AssertionError, match="RMS error"):
+        assert_as_accurate_as_eager(fused * 1.05, eager, reference)
+    with pytest.raises(AssertionError, match="non-finite"):
+        assert_as_accurate_as_eager(torch.where(fused > 2, torch.inf, fused), eager, reference)
+    with pytest.raises(AssertionError, match="eager"):
+        assert_as_accurate_as_eager(fused.float(), eager, reference)
 
 
 def test_config_reads_the_boundary_switch() -> None:

@@ -29,13 +29,12 @@ import torch.nn.functional as F
 
 import ptc
 from ptc.pipeline import STATS
+from ptc_spec.testing import assert_as_accurate_as_eager
 
 pytestmark = pytest.mark.gpu
 DEVICE = os.environ.get("PTC_REAL_MODELS_DEVICE", "cuda")
 
 MULTIPLIER = 3.0
-# Below this fraction of the reference's RMS, an error is rounding of a value eager got exact.
-FLOOR = {torch.float32: 1e-5, torch.bfloat16: 4e-3}
 
 Built = tuple[torch.nn.Module, tuple[torch.Tensor, ...], Callable[[Any], torch.Tensor]]
 
@@ -143,19 +142,10 @@ MODELS: dict[str, Callable[[], Built]] = {
 PRECISIONS = ["float32", "bfloat16", "autocast"]
 
 
-def _rms(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).pow(2).mean().sqrt())
-
-
-def _judge(label: str, got: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> dict[str, Any]:
-    assert got.shape == eager.shape, f"{label}: shape {tuple(got.shape)}, eager {tuple(eager.shape)}"
-    assert got.dtype == eager.dtype, f"{label}: dtype {got.dtype}, eager {eager.dtype}"
-    assert bool(torch.isfinite(got).all()) == bool(torch.isfinite(eager).all()), f"{label}: non-finite values differ"
-    scale = float(ref.double().pow(2).mean().sqrt()) or 1.0
-    err_ptc, err_eager = _rms(got, ref) / scale, _rms(eager, ref) / scale
-    bound = MULTIPLIER * err_eager + FLOOR[torch.bfloat16 if torch.bfloat16 in (dtype, got.dtype) else torch.float32]
-    assert err_ptc <= bound, f"{label}: ptc's RMS error {err_ptc:.3e} > {bound:.3e} (eager's {err_eager:.3e})"
-    return {"err_ptc": err_ptc, "err_eager": err_eager}
+def _judge(label: str, got: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
+    # The floor of the lowest precision in play: bf16 outputs under float32 autocast included.
+    precision = torch.bfloat16 if torch.bfloat16 in (dtype, got.dtype) else torch.float32
+    return assert_as_accurate_as_eager(got, eager, ref, precision=precision, multiplier=MULTIPLIER, what=label)
 
 
 def _run(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], pick: Callable[[Any], torch.Tensor], train: bool,

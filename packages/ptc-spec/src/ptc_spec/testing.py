@@ -25,6 +25,45 @@ def tolerances(dtype: torch.dtype) -> tuple[float, float]:
     return _TOLERANCES.get(dtype, (0.0, 0.0))
 
 
+# Reduced precision: below this fraction of the reference's RMS, an error is the rounding of a
+# value eager happened to get exact (see assert_as_accurate_as_eager).
+_ACCURACY_FLOOR: dict[torch.dtype, float] = {torch.bfloat16: 4e-3, torch.float16: 5e-4}
+
+
+def assert_as_accurate_as_eager(
+    actual: torch.Tensor,
+    eager: torch.Tensor,
+    reference: torch.Tensor,
+    *,
+    precision: torch.dtype | None = None,
+    multiplier: float = 3.0,
+    what: str = "output",
+) -> dict[str, float]:
+    """Assert ``actual`` is about as close to ``reference`` (the same computation in float64) as ``eager`` is.
+
+    For reduced precision, where fused kernels that keep float32 between ops and eager, which
+    rounds after each op, differ by rounding alone (most at cancellations): the RMS error
+    relative to the reference's RMS may be at most ``multiplier`` times eager's, plus a floor
+    for the lowest ``precision`` in play (``actual``'s dtype by default). Dtypes, shapes and
+    where values are finite must match exactly. Returns both relative errors.
+    """
+    if actual.dtype != eager.dtype or actual.shape != eager.shape:
+        raise AssertionError(f"{what}: {actual.dtype} {tuple(actual.shape)}, eager {eager.dtype} {tuple(eager.shape)}")
+    if not torch.equal(torch.isfinite(actual), torch.isfinite(eager)):
+        raise AssertionError(f"{what}: non-finite values at other positions than eager's")
+    ref = reference.double()
+    scale = float(ref.pow(2).mean().sqrt()) or 1.0
+
+    def rms(t: torch.Tensor) -> float:
+        return float((t.double() - ref).pow(2).mean().sqrt()) / scale
+
+    err, err_eager = rms(actual), rms(eager)
+    bound = multiplier * err_eager + _ACCURACY_FLOOR.get(precision or actual.dtype, 1e-5)
+    if not err <= bound:
+        raise AssertionError(f"{what}: RMS error {err:.3e} of the float64 reference's RMS > {bound:.3e} (eager's {err_eager:.3e})")
+    return {"err_ptc": err, "err_eager": err_eager}
+
+
 def assert_same(
     actual: Any,
     expected: Any,
