@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
-from conftest import check, trace_core
+from conftest import assert_meta_strides, check, trace_core
 
 import ptc_inductor
-from ptc_inductor.lowering import matmul
+from ptc_inductor.config import config_from_env
+from ptc_inductor.ir import ExternNode
+from ptc_inductor.lowering import extern, matmul
+from ptc_spec.testing import compare_with_eager
 
 aten = torch.ops.aten
 
@@ -55,6 +59,63 @@ def test_convolution_attention_scans_and_scatters_match_eager() -> None:
         )
 
     check(fn, img, wt, q, k, v, x, idx)
+
+
+# (input, weight, stride, padding, groups, transposed, whether the result is also read by a
+# pointwise op or only returned)
+BIASED_CONVS = {
+    "conv2d_then_relu": ((2, 4, 7, 7), (6, 4, 3, 3), 1, 1, 1, False, True),
+    "conv2d_returned": ((2, 4, 7, 7), (6, 4, 3, 3), 2, 0, 1, False, False),
+    "depthwise": ((2, 6, 8, 8), (6, 1, 7, 7), 1, 3, 6, False, True),
+    "transposed": ((2, 4, 5, 5), (4, 3, 3, 3), 2, 1, 1, True, True),
+    "conv1d": ((2, 4, 9), (5, 4, 3), 1, 1, 1, False, True),
+    "conv3d": ((1, 2, 4, 5, 5), (3, 2, 3, 3, 3), 1, 1, 1, False, True),
+}
+
+
+def _biased_conv_case(case: str, dtype: torch.dtype, device: str) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...]]:
+    xs, ws, stride, pad, groups, transposed, read = BIASED_CONVS[case]
+    nd = len(ws) - 2
+    g = torch.Generator().manual_seed(4)
+    channels = ws[1] * groups if transposed else ws[0]
+    x, w, b = (torch.randn(s, generator=g).to(device, dtype) for s in (xs, ws, (channels,)))
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Any:
+        y = aten.convolution.default(x, w, b, [stride] * nd, [pad] * nd, [1] * nd, transposed, [0] * nd, groups)
+        return (y, aten.clamp.default(aten.mul.Tensor(y, 2.0), 0.0)) if read else y
+
+    return fn, (x, w, b)
+
+
+@pytest.mark.parametrize("layout", ["off", "on"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", list(BIASED_CONVS))
+def test_convolution_bias_added_by_ptc_kernels_matches_eager(case: str, dtype: torch.dtype, layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The split is for CUDA (cuDNN adds the bias in a pass of its own); here it is switched on
+    # for the CPU so that its values are checked against eager in CI.
+    monkeypatch.setattr(extern, "_BIAS_APART_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    fn, inputs = _biased_conv_case(case, dtype, "cpu")
+    gm = trace_core(fn, *inputs)
+    compiled = ptc_inductor.compile(gm, config=config_from_env(layout_opt=layout))
+    actual = compare_with_eager(compiled, fn, *inputs, **({"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}))
+    assert_meta_strides(gm, actual)
+    (conv,) = [s for s in compiled.schedule.steps if isinstance(s, ExternNode)]
+    assert conv.args[2] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", ["conv2d_then_relu", "conv2d_returned", "depthwise", "transposed"])
+def test_convolution_bias_on_cuda_is_left_to_ptc_kernels(case: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    fn, inputs = _biased_conv_case(case, dtype, "cuda")
+    gm = trace_core(fn, *inputs)
+    compiled = ptc_inductor.compile(gm, config=config_from_env(backend="triton"))
+    actual = compare_with_eager(compiled, fn, *inputs, **({"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}))
+    assert_meta_strides(gm, actual)
+    (conv,) = [s for s in compiled.schedule.steps if isinstance(s, ExternNode)]
+    assert conv.args[2] is None
 
 
 def test_seeded_random_ops_are_deterministic_in_seed_and_offset() -> None:

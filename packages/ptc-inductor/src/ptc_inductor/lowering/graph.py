@@ -19,8 +19,9 @@ from ..errors import LoweringError, UnsupportedOpError
 from ..ir import Buffer, BufferArg, FloatSize, Layout, Node, TensorValue
 from ..sizes import Size, SizeEnv
 from .context import LoweringContext, is_dense
+from .extern import bias_apart
 from .fallback import computes_on_complex, lower_fallback, op_name
-from .layout import LayoutPlan, channels_last_strides, cross_channels_last, lower_convolution, plan_layout
+from .layout import CONVOLUTION, LayoutPlan, channels_last_strides, cross_channels_last, lower_convolution, plan_layout
 from .registry import LOWERINGS
 
 META_KEY = "ptc_meta"
@@ -290,7 +291,7 @@ def _channels_last_conv(op: Any) -> Any:
     def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
         return lower_convolution(ctx, op, args, kwargs)
 
-    return lower
+    return bias_apart(lower) if op is CONVOLUTION else lower
 
 
 def _meta_stride(meta: Any) -> tuple[Size, ...] | None:
