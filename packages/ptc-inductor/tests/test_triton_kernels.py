@@ -111,6 +111,27 @@ def test_transposed_and_broadcast_inputs_match_eager() -> None:
     check_triton(lambda a, b: aten.sub.Tensor(aten.exp.default(a), b), a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_transposing_copies_run_in_tiles_coalesced_both_ways(dtype: torch.dtype) -> None:
+    # Attention's key transpose as BERT writes it (heads split, last two dims swapped, scaled,
+    # cast to float32), a plain 2-D transpose with ragged edges, and one too thin to tile.
+    keys, plain, thin = _rand(2, 40, 3, 32, dtype=dtype), _rand(33, 47, dtype=dtype, seed=1), _rand(8, 300, dtype=dtype, seed=2)
+
+    def fn(keys: torch.Tensor, plain: torch.Tensor, thin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        k = aten.permute.default(keys, [0, 2, 3, 1])
+        scaled = aten.clone.default(aten.mul.Tensor(aten._to_copy.default(k, dtype=torch.float32), 0.35), memory_format=torch.contiguous_format)
+        return scaled, aten.clone.default(aten.permute.default(plain, [1, 0]), memory_format=torch.contiguous_format), aten.clone.default(
+            aten.permute.default(thin, [1, 0]), memory_format=torch.contiguous_format
+        )
+
+    compiled = check_triton(fn, keys, plain, thin)
+    styles = sorted(k.style for k in compiled.kernels)
+    assert styles == ["flat", "looped", "looped"], styles
+    for kernel in compiled.kernels:
+        if kernel.style == "looped":
+            assert kernel.strided  # tall tiles: the stores are contiguous along the rows
+
+
 def test_integer_and_bool_pointwise_match_eager() -> None:
     g = torch.Generator().manual_seed(3)
     a = torch.randint(-20, 20, (7, 9), generator=g).to(DEVICE)

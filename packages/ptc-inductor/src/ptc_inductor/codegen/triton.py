@@ -14,6 +14,7 @@ partial result in the same tile's lanes; the partials are stored once per chunk.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Collection, Sequence
@@ -343,7 +344,7 @@ class _PartialOps(TritonOps):
 class _KernelWriter:
     def __init__(
         self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False, stored: frozenset[str] = frozenset(),
-        local: frozenset[str] = frozenset(), reads: frozenset[str] = frozenset(),
+        local: frozenset[str] = frozenset(), reads: frozenset[str] = frozenset(), tiled: bool = False,
     ) -> None:
         self.kernel = kernel
         self.reads = reads
@@ -376,6 +377,11 @@ class _KernelWriter:
         self.chunks, self.chunk = (kernel.partial_nodes[0].ranges[0], kernel.partial_nodes[0].reduction_ranges[0]) if kernel.partials else (0, 0)
         if kernel.partials:
             self.style = "rowloop"
+        elif tiled:
+            # A transposing copy (see transposed_tile): [XBLOCK, RBLOCK] tiles, each access
+            # contiguous along one of the two axes.
+            self.style = "looped"
+            strided = True
         elif flat:
             self.style = "flat"
         elif any(self.inners) and top is not None and heur.next_pow2(top) <= heur.persistent_limit(self._widest_itemsize(), strided):
@@ -539,6 +545,52 @@ class _KernelWriter:
         return out
 
 
+# Both dims of a transposed tile at least this long: below it a flat kernel's partly
+# coalesced accesses cost little more than the tile's two-way layout change.
+_TILE_MIN = 16
+
+
+def transposed_tile(kernel: Kernel, accesses: dict[str, Any]) -> Kernel | None:
+    """A single pointwise node that stores contiguously along its last dim and loads another
+    buffer contiguously along an earlier dim ``a``, iterated with ``a`` moved innermost: its
+    Triton kernel then runs [rows, a] tiles, with the loads coalesced along ``a`` and the
+    stores along the rows (Triton changes the layout between them), where a flat kernel reads
+    one element per stride of the source. BERT's key transpose (bf16 (8, 512, 12, 64) to
+    float32 (8, 12, 64, 512)) took 17 us flat on an H200 against torch.compile's 5 us.
+    None where no such access is found."""
+    if len(kernel.nodes) != 1 or kernel.partials:
+        return None
+    node = kernel.nodes[0]
+    n = len(node.ranges)
+    if node.is_reduction or n < 2 or len(kernel.outer) != n:
+        return None
+    xs, _ = node_vars(node)
+    last = xs[-1]
+    access = accesses[node.name]
+    if not access.stores or any(is_linear_in(index, last) != 1 for _, index in access.stores):
+        return None
+    found = None
+    for _, index in access.loads:
+        if is_linear_in(index, last) in (0, 1):
+            continue
+        found = next((d for d in range(n - 1) if is_linear_in(index, xs[d]) == 1), None)
+        if found is not None:
+            break
+    if found is None or not all(static_value(node.ranges[d]) is not None and int(node.ranges[d]) >= _TILE_MIN for d in (found, n - 1)):
+        return None
+    order = [d for d in range(n) if d != found] + [found]
+    body = node.body
+
+    def permuted(new_xs: Sequence[Expr], rs: Sequence[Expr]) -> Any:
+        old_xs: list[Expr] = [sympy.Integer(0)] * n
+        for position, d in enumerate(order):
+            old_xs[d] = new_xs[position]
+        return body(old_xs, rs)
+
+    ranges = tuple(node.ranges[d] for d in order)
+    return Kernel(kernel.name, (dataclasses.replace(node, ranges=ranges, body=permuted),), ranges[:-1])
+
+
 def _strided_reduction(kernel: Kernel, accesses: dict[str, Any]) -> bool:
     """True when some reduction loads along its innermost reduced dim with a stride other than 1."""
     for node in kernel.nodes:
@@ -603,7 +655,10 @@ def generate_triton_kernel(
     buffers in ``local`` (see local_buffers) stay in registers and are not parameters."""
     stored = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].stores)
     reads = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].loads)
-    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads)
+    tile = transposed_tile(kernel, accesses)
+    if tile is not None:
+        kernel = tile
+    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads, tiled=tile is not None)
     body = writer.body()
     head = writer.header()
     names = [n for n in writer.params if n not in local]
