@@ -104,12 +104,12 @@ def _extend_aliased(sched: Schedule, last_use: dict[str, int], outputs: set[str]
     return kept, views
 
 
-def _inner(node: ComputedNode, k: int) -> tuple[Size, ...]:
+def inner_loops(node: ComputedNode, k: int) -> tuple[Size, ...]:
     """The loops ``node`` runs inside a kernel's ``k`` shared outer loops."""
     return node.reduction_ranges if node.is_reduction else node.ranges[k:]
 
 
-def _shared_index(node: ComputedNode, k: int, index: Expr) -> Expr:
+def shared_index(node: ComputedNode, k: int, index: Expr) -> Expr:
     """``index`` over loop variables every node of a kernel names alike: the shared outer ``x0..``,
     then the node's own inner loops (a reduction's ``r<j>``, a pointwise node's ``x<k+j>``) as ``c<j>``."""
     inner = [rvar(j) for j in range(len(node.reduction_ranges))] if node.is_reduction else [xvar(k + j) for j in range(len(node.ranges) - k)]
@@ -141,15 +141,15 @@ def in_place_safe(kernel: Kernel, accesses: dict[str, Access], out: Buffer, inp:
     # A dense layout stores each of the node's points to its own element.
     if len(writer.outputs) != 1 or writer.outputs[0].layout.numel != normalize(math.prod(writer.ranges)):
         return False
-    target = _shared_index(writer, k, store)
-    inner = _inner(writer, k)
+    target = shared_index(writer, k, store)
+    inner = inner_loops(writer, k)
     for pos, node in enumerate(kernel.nodes):
         loads = [i for name, i in accesses[node.name].loads if name == inp]
         if not loads:
             continue
-        if pos > at or _inner(node, k) != inner:
+        if pos > at or inner_loops(node, k) != inner:
             return False
-        if any(sympy.expand(_shared_index(node, k, i) - target) != 0 for i in loads):
+        if any(sympy.expand(shared_index(node, k, i) - target) != 0 for i in loads):
             return False
     return True
 

@@ -30,7 +30,7 @@ from ..config import Config
 from ..errors import CodegenError
 from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar, xvar
 from ..ir import Buffer, ComputedNode
-from ..memory import _inner, _shared_index
+from ..memory import inner_loops, shared_index
 from ..scheduler import CHUNK, ROW, Kernel, Schedule, partial_index
 from ..sizes import Size, equal, known_multiple, static_value, upper_bound
 from ..virtualized import set_ops_handler
@@ -620,7 +620,9 @@ def local_buffers(sched: Schedule, kernels: Collection[str], outputs: Collection
     for kernel in sched.kernels:
         if kernel.name not in kernels or kernel.partials:
             continue
-        style = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, sched.accesses)).style
+        # The style the kernel is generated in (a transposing copy runs looped tiles).
+        tile = transposed_tile(kernel, sched.accesses)
+        style = _KernelWriter(tile or kernel, buffers, config, _strided_reduction(kernel, sched.accesses), tiled=tile is not None).style
         if style not in ("flat", "persistent"):
             continue
         k = len(kernel.outer)
@@ -633,9 +635,9 @@ def local_buffers(sched: Schedule, kernels: Collection[str], outputs: Collection
             stores = {i for n, i in sched.accesses[node.name].stores if n == name}
             if len(stores) != 1:
                 continue
-            wrote = _shared_index(node, k, next(iter(stores)))
+            wrote = shared_index(node, k, next(iter(stores)))
             if all(
-                _shared_index(other, k, i) == wrote and (not _uses_inner(wrote) or _inner(other, k) == _inner(node, k))
+                shared_index(other, k, i) == wrote and (not _uses_inner(wrote) or inner_loops(other, k) == inner_loops(node, k))
                 for other in kernel.nodes if other is not node
                 for n, i in sched.accesses[other.name].loads if n == name
             ):  # fmt: skip
@@ -644,7 +646,7 @@ def local_buffers(sched: Schedule, kernels: Collection[str], outputs: Collection
 
 
 def _uses_inner(index: Expr) -> bool:
-    """Whether an index of _shared_index's form reads a node's own inner loops (its c<j>)."""
+    """Whether an index of shared_index's form reads a node's own inner loops (its c<j>)."""
     return any(s.name[:1] == "c" and s.name[1:].isdigit() for s in index.free_symbols)
 
 
