@@ -157,10 +157,12 @@ MANUAL: dict[Any, list[Sample]] = {
         lambda: ((_special(2, 5, 6), [2, 2], [1, 1], [0, 0], [1, 1], False), {}),
         lambda: ((r(1, 2, 5, 5), [1, 1], [2, 2], [0, 0], [1, 1], False), {}),
         lambda: ((r(1, 2, 9, 9), [8, 8], [1, 1], [2, 2], [1, 1], False), {}),  # over the chained-window limit
+        lambda: ((_special(2, 3, 7, 7, dtype=torch.float16), [3, 3], [2, 2], [1, 1], [1, 1], True), {}),
     ],
     aten.avg_pool2d.default: [
         lambda: ((r(2, 3, 7, 9, dtype=torch.bfloat16), [3, 3], [2, 2], [1, 1], True, False, None), {}),
         lambda: ((r(1, 2, 6, 5), [2, 3], [1, 2], [1, 1], False, True, 5), {}),
+        lambda: ((r(2, 3, 7, 9, dtype=torch.float16), [3, 3], [2, 2], [1, 1], False, True, None), {}),
     ],
 }
 
