@@ -13,6 +13,7 @@ import torch
 from ptc_spec import TensorMeta
 
 from ..ir import TensorValue
+from ..sizes import static_value
 from .context import LoweringContext
 from .registry import LOWERINGS, mark_extern, register_lowering
 
@@ -69,12 +70,15 @@ def bias_apart(lower: Callable[..., Any]) -> Callable[..., Any]:
     def split(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
         weight, bias = (args[1], args[2]) if len(args) > 2 else (None, None)
         meta = ctx.meta
-        if kwargs or not isinstance(weight, TensorValue) or not isinstance(bias, TensorValue) or bias.device.type not in _BIAS_APART_DEVICE_TYPES:
+        if (
+            kwargs or not isinstance(weight, TensorValue) or not isinstance(bias, TensorValue)
+            or bias.device.type not in _BIAS_APART_DEVICE_TYPES or static_value(bias.size[0]) is None
+        ):  # fmt: skip
             return lower(ctx, *args, **kwargs)
         out = lower(ctx, *args[:2], None, *args[3:])
         # Output channels are dim 1 of (N, C, *spatial) (aten's convolution is always batched),
         # transposed convolutions too.
-        per_channel = [bias.size[0]] + [1] * (weight.ndim - 2)
+        per_channel = [int(bias.size[0])] + [1] * (weight.ndim - 2)
         ctx.meta = TensorMeta.of(tuple(per_channel), bias.dtype, bias.device)
         try:
             shaped = LOWERINGS[aten.view.default](ctx, bias, per_channel)
