@@ -132,6 +132,25 @@ def test_transposing_copies_run_in_tiles_coalesced_both_ways(dtype: torch.dtype)
             assert kernel.strided  # tall tiles: the stores are contiguous along the rows
 
 
+def test_a_value_stored_column_major_is_looped_in_memory_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An LM head's weight, read transposed, padded to aligned rows for cuBLAS (the CUDA rule,
+    # switched on here): it is stored column-major, and the padding kernel's loops run down its
+    # columns, where both the weight and the padded copy are contiguous.
+    from ptc_inductor.lowering import matmul
+
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    x, w = _rand(1024, 64, dtype=torch.bfloat16), _rand(1031, 64, dtype=torch.bfloat16, seed=1)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return aten.mm.default(x, aten.permute.default(w, [1, 0]))
+
+    compiled = check_triton(fn, x, w, rtol=2e-2, atol=2e-2)
+    # The padding kernel's loops run over (padded columns, K), K fastest: both accesses are
+    # contiguous along K. (In the logical order, (K, padded columns), each lane strode by 64.)
+    (pad,) = [k for k in compiled.kernels if "flat kernel over [1032, 64]" in k.source]
+    assert re.search(r"x1 = xindex % 64\n", pad.source), pad.source
+
+
 def test_integer_and_bool_pointwise_match_eager() -> None:
     g = torch.Generator().manual_seed(3)
     a = torch.randint(-20, 20, (7, 9), generator=g).to(DEVICE)

@@ -378,7 +378,7 @@ class _KernelWriter:
         if kernel.partials:
             self.style = "rowloop"
         elif tiled:
-            # A transposing copy (see transposed_tile): [XBLOCK, RBLOCK] tiles, each access
+            # A transposing copy (see reordered_loops): [XBLOCK, RBLOCK] tiles, each access
             # contiguous along one of the two axes.
             self.style = "looped"
             strided = True
@@ -550,14 +550,17 @@ class _KernelWriter:
 _TILE_MIN = 16
 
 
-def transposed_tile(kernel: Kernel, accesses: dict[str, Any]) -> Kernel | None:
-    """A single pointwise node that stores contiguously along its last dim and loads another
-    buffer contiguously along an earlier dim ``a``, iterated with ``a`` moved innermost: its
-    Triton kernel then runs [rows, a] tiles, with the loads coalesced along ``a`` and the
-    stores along the rows (Triton changes the layout between them), where a flat kernel reads
-    one element per stride of the source. BERT's key transpose (bf16 (8, 512, 12, 64) to
-    float32 (8, 12, 64, 512)) took 17 us flat on an H200 against torch.compile's 5 us.
-    None where no such access is found."""
+def reordered_loops(kernel: Kernel, accesses: dict[str, Any]) -> tuple[Kernel, bool] | None:
+    """A single pointwise node's loops reordered to follow memory, and whether it runs in tiles.
+
+    The loops of a flat kernel follow the logical shape, the last dim fastest. A node that
+    stores contiguously along another dim ``s`` (a value stored column-major) is iterated with
+    ``s`` moved innermost. If it also loads another buffer contiguously along a dim ``a`` other
+    than ``s`` (a transposing copy, both at least ``_TILE_MIN`` long), it runs [rows, a] tiles
+    (``a`` innermost, ``s`` fastest among the rows): Triton coalesces the loads along one axis and
+    the stores along the other, changing the layout between them. BERT's key transpose (bf16
+    (8, 512, 12, 64) to float32 (8, 12, 64, 512)) took 17 us flat on an H200 against
+    torch.compile's 5 us. None where the loops already follow memory."""
     if len(kernel.nodes) != 1 or kernel.partials:
         return None
     node = kernel.nodes[0]
@@ -565,20 +568,27 @@ def transposed_tile(kernel: Kernel, accesses: dict[str, Any]) -> Kernel | None:
     if node.is_reduction or n < 2 or len(kernel.outer) != n:
         return None
     xs, _ = node_vars(node)
-    last = xs[-1]
     access = accesses[node.name]
-    if not access.stores or any(is_linear_in(index, last) != 1 for _, index in access.stores):
+    stored = {next((d for d in range(n) if is_linear_in(index, xs[d]) == 1), None) for _, index in access.stores}
+    if len(stored) != 1 or None in stored:
         return None
-    found = None
+    (s,) = stored
+    assert s is not None
+    a = None
     for _, index in access.loads:
-        if is_linear_in(index, last) in (0, 1):
+        if is_linear_in(index, xs[s]) in (0, 1):
             continue
-        found = next((d for d in range(n - 1) if is_linear_in(index, xs[d]) == 1), None)
-        if found is not None:
+        a = next((d for d in range(n) if d != s and is_linear_in(index, xs[d]) == 1), None)
+        if a is not None:
             break
-    if found is None or not all(static_value(node.ranges[d]) is not None and int(node.ranges[d]) >= _TILE_MIN for d in (found, n - 1)):
+    tiled = a is not None and all(static_value(node.ranges[d]) is not None and int(node.ranges[d]) >= _TILE_MIN for d in (a, s))
+    order: list[int]
+    if tiled and a is not None:
+        order = [d for d in range(n) if d not in (a, s)] + [s, a]
+    elif s != n - 1:
+        order = [d for d in range(n) if d != s] + [s]
+    else:
         return None
-    order = [d for d in range(n) if d != found] + [found]
     body = node.body
 
     def permuted(new_xs: Sequence[Expr], rs: Sequence[Expr]) -> Any:
@@ -588,7 +598,7 @@ def transposed_tile(kernel: Kernel, accesses: dict[str, Any]) -> Kernel | None:
         return body(old_xs, rs)
 
     ranges = tuple(node.ranges[d] for d in order)
-    return Kernel(kernel.name, (dataclasses.replace(node, ranges=ranges, body=permuted),), ranges[:-1])
+    return Kernel(kernel.name, (dataclasses.replace(node, ranges=ranges, body=permuted),), ranges[:-1] if tiled else ranges), tiled
 
 
 def _strided_reduction(kernel: Kernel, accesses: dict[str, Any]) -> bool:
@@ -621,8 +631,9 @@ def local_buffers(sched: Schedule, kernels: Collection[str], outputs: Collection
         if kernel.name not in kernels or kernel.partials:
             continue
         # The style the kernel is generated in (a transposing copy runs looped tiles).
-        tile = transposed_tile(kernel, sched.accesses)
-        style = _KernelWriter(tile or kernel, buffers, config, _strided_reduction(kernel, sched.accesses), tiled=tile is not None).style
+        reordered = reordered_loops(kernel, sched.accesses)
+        tiled = reordered is not None and reordered[1]
+        style = _KernelWriter(reordered[0] if reordered else kernel, buffers, config, _strided_reduction(kernel, sched.accesses), tiled=tiled).style
         if style not in ("flat", "persistent"):
             continue
         k = len(kernel.outer)
@@ -657,10 +668,10 @@ def generate_triton_kernel(
     buffers in ``local`` (see local_buffers) stay in registers and are not parameters."""
     stored = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].stores)
     reads = frozenset(name for n in kernel.nodes for name, _ in accesses[n.name].loads)
-    tile = transposed_tile(kernel, accesses)
-    if tile is not None:
-        kernel = tile
-    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads, tiled=tile is not None)
+    reordered = reordered_loops(kernel, accesses)
+    if reordered is not None:
+        kernel = reordered[0]
+    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads, tiled=reordered is not None and reordered[1])
     body = writer.body()
     head = writer.header()
     names = [n for n in writer.params if n not in local]
