@@ -180,12 +180,37 @@ def test_products_with_unaligned_rows_run_in_padded_rows_and_match_eager(
         return logits, aten.amax.default(plain, [1], True)
 
     tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
-    compiled = check(fn, x, w, b, **tolerance)
+    compiled = check(fn, x, w, b, check_stride=False, **tolerance)
     per_row = 16 // dtype.itemsize
     padded = -(-1031 // per_row) * per_row
+    # The logits are returned as a view of the padded rows (eager's dim order, longer rows), not
+    # copied out; the reduction over them is stored in eager's exact layout.
+    logits, top = compiled(x, w, b)
+    assert logits.stride() == (padded, 1) and logits.storage_offset() == 0
+    assert top.stride() == (1, 1)
     externs = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
     assert [e.op for e in externs] == [aten.addmm.default, aten.mm.default]
     assert all(e.outputs[0].layout.size == (1024, padded) for e in externs)
+    # The transposed weight is padded in its own (column-major) order: no transposing copy.
+    weights = [e.args[2] if e.op is aten.addmm.default else e.args[1] for e in externs]
+    assert all(a.size == (64, padded) and a.stride == (1, 64) for a in weights), weights
+
+
+def test_views_of_padded_rows_are_returned_when_they_keep_eager_dim_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An LM head's logits viewed as (batch, seq, vocab), or transposed: returned as views of
+    # the padded rows, as torch.compile returns them, each in eager's dim order.
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(*s, generator=g).to(torch.bfloat16) for s in ((1024, 64), (1031, 64)))
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = aten.mm.default(x, aten.permute.default(w, [1, 0]))
+        return aten.view.default(logits, [4, 256, 1031]), aten.permute.default(logits, [1, 0])
+
+    compiled = check(fn, x, w, check_stride=False, rtol=2e-2, atol=2e-2)
+    by_seq, transposed = compiled(x, w)
+    assert by_seq.stride() == (256 * 1032, 1032, 1) and transposed.stride() == (1, 1032)
+    assert by_seq.untyped_storage().data_ptr() == transposed.untyped_storage().data_ptr()
 
 
 @pytest.mark.parametrize("tf32", [False, True])
@@ -236,7 +261,8 @@ def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatc
         return aten.mm.default(x, w)
 
     set_tf32(True)
-    compiled = check(fn, x, w)
+    compiled = check(fn, x, w, check_stride=False)
     (extern,) = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
     assert extern.outputs[0].layout.size == (1024, 1032)
+    assert compiled(x, w).stride() == (1032, 1)  # the padded rows, returned as they are
     assert all(a.stride[0] % 4 == 0 for a in extern.args)

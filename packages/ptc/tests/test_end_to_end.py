@@ -177,3 +177,42 @@ def test_conv_net_training_step_matches_eager_in_either_layout(layout: str, monk
     for (name, p), q in zip(eager.named_parameters(), model.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     torch.testing.assert_close(model.bn1.running_mean, eager.bn1.running_mean)
+
+
+def test_padded_logits_train_as_eager_and_come_back_in_eager_dim_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CUDA rule for products with unaligned rows (ptc-inductor computes an LM head over a
+    # 1031-token vocabulary into rows of 1032, as torch.compile does), switched on for the CPU:
+    # the logits come back as a view of the padded rows, and the loss and gradients equal eager's.
+    from ptc_inductor.lowering import matmul
+
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True  # float32 products are padded where TF32 runs them
+    try:
+        _train_padded_logits()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _train_padded_logits() -> None:
+    torch.manual_seed(0)
+    vocab = 1031
+    eager = torch.nn.Sequential(torch.nn.Embedding(vocab, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, vocab))
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, 64), torch.nn.LayerNorm(64), torch.nn.Linear(64, vocab))
+    model.load_state_dict(eager.state_dict())
+
+    def step(m: torch.nn.Module, idx: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = m(idx)
+        return logits, torch.nn.functional.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+
+    compiled = ptc.compile(step)
+    idx, targets = torch.randint(0, vocab, (4, 256)), torch.randint(0, vocab, (4, 256))
+    logits, loss = compiled(model, idx, targets)
+    want_logits, want_loss = step(eager, idx, targets)
+    assert logits.stride() == (256 * 1032, 1032, 1)
+    assert_same(logits.view(-1, vocab), want_logits.view(-1, vocab), check_stride=False)
+    assert_same(loss, want_loss)
+    loss.backward()
+    want_loss.backward()
+    for (name, got), want in zip(model.named_parameters(), eager.parameters()):
+        assert_same(got.grad, want.grad, what=name)

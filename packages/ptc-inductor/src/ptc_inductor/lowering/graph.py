@@ -282,6 +282,11 @@ def _lower_output(ctx: LoweringContext, item: Any, env: dict[torch.fx.Node, Any]
         want = channels_last_strides(value.size) if saved and cross_channels_last(meta) else stride
         if want is not None and len(want) == value.ndim and is_dense(value.size, want):
             return GraphOutput(ctx.as_strided_arg(value, want, exact=True))
+    if not saved and stride is not None:
+        # A value already stored with longer rows (a padded product) is returned as it is.
+        stored = ctx.stored_view(value, stride)
+        if stored is not None:
+            return GraphOutput(stored)
     real = ctx.realize(value, stride)
     assert real.view is not None
     return GraphOutput(real.view)
