@@ -251,6 +251,29 @@ def test_operands_with_unaligned_rows_are_stored_in_aligned_rows_and_match_eager
     assert [e.args[1].buffer for e in externs] == ["arg1", "arg2"]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_views_of_an_unaligned_gradient_share_one_copy_in_aligned_rows(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An LM head's backward as the loss leaves it: the (batch, seq, vocab) gradient, computed
+    # by a kernel, viewed as (M, vocab) for the input's gradient and transposed for the weight's.
+    # Both products read one copy of it in aligned rows; the transposed view was handed to
+    # cuBLAS with a leading dimension of 1031 (a pre-Hopper kernel, 4.8 ms of GPT-2's bf16
+    # training step on an H200).
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    g = torch.Generator().manual_seed(0)
+    grad, w, x = (torch.randn(*s, generator=g).to(dtype) for s in ((4, 256, 1031), (1031, 64), (1024, 64)))
+
+    def fn(grad: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        flat = aten.view.default(aten.mul.Tensor(grad, 2.0), [1024, 1031])
+        return aten.mm.default(aten.permute.default(flat, [1, 0]), x), aten.mm.default(flat, w)
+
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    compiled = check(fn, grad, w, x, **tolerance)
+    externs = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+    first = [e.args[0] for e in externs]
+    assert len({a.buffer for a in first}) == 1, first  # one copy, read by both products
+    assert [a.stride for a in first] == [(1, 1032), (1032, 1)], first
+
+
 def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]) -> None:
     # Both rules at once: the output's rows and the second operand's rows are unaligned.
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))

@@ -183,6 +183,16 @@ class LoweringContext:
         self._lazy[key].stored_as = stored_as
         return shown
 
+    def view_base(self, value: TensorValue) -> tuple[TensorValue, Restride] | None:
+        """(base, restride) when ``value`` is an unrealized view of another value (see ``lazy``)."""
+        key = self._key_of.get(id(value))
+        if key is None or value.view is not None:
+            return None
+        record = self._lazy[key]
+        if record.realized is not None or record.view_of is None or record.restride is None:
+            return None
+        return self._lazy[record.view_of].value, record.restride
+
     def stored_view(self, value: TensorValue, stride: Sequence[Size]) -> BufferArg | None:
         """A buffer view already holding ``value`` with strides in the same order as ``stride``
         (eager's), or None: the padded rows of a product (``stored_as``), or a view of them.

@@ -21,8 +21,8 @@ import torch
 from ptc_spec import TensorMeta
 
 from ..ir import BufferArg, TensorValue
-from ..sizes import equal
-from .context import LoweringContext
+from ..sizes import equal, normalize
+from .context import LoweringContext, padded_strides
 from .extern import extern_lowering
 from .registry import register_lowering
 from .views import _pad, _slice
@@ -94,6 +94,11 @@ def _blas_ready(arg: BufferArg, per_row: int) -> bool:
     return lead is not None and lead % per_row == 0 and arg.offset % per_row == 0
 
 
+def _blas_ready_view(x: TensorValue, found: Any, per_row: int) -> bool:
+    """Whether ``x`` viewed with ``found`` (strides, offset) is read by cuBLAS in place."""
+    return found is not None and _blas_ready(BufferArg("", x.size, tuple(found[0]), found[1]), per_row)
+
+
 def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
     """A matrix operand whose leading dimension cuBLAS cannot use fast (the (M, 50257) gradient
     of an LM head) stored into aligned rows; every other operand as it is."""
@@ -104,7 +109,19 @@ def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
     per_row = _row_elements(x.dtype)
     if x.view is not None and _blas_ready(x.view, per_row):
         return x
-    if x.view is None and int(x.size[1]) % per_row == 0:
+    based = ctx.view_base(x)
+    if based is not None:
+        # A view (an LM head's output gradient, transposed for the weight's gradient) is read
+        # from its base stored in aligned rows: one copy serves it and every other product
+        # reading the base. Realized as a view of the unaligned base, cuBLAS ran a pre-Hopper
+        # kernel: 4.8 ms of GPT-2's 33 ms bf16 training step on an H200.
+        base, restride = based
+        if all(isinstance(n, int) for n in base.size) and _blas_ready_view(x, restride(padded_strides(base.size, per_row), 0), per_row):
+            aligned = ctx.as_aligned_arg(base, per_row)
+            found = restride(aligned.stride, aligned.offset)
+            if found is not None and _blas_ready_view(x, found, per_row):
+                return BufferArg(aligned.buffer, x.size, tuple(normalize(s) for s in found[0]), normalize(found[1]))
+    elif x.view is None and int(x.size[1]) % per_row == 0:
         return x  # realized row-major, its rows are aligned
     return ctx.as_aligned_arg(x, per_row)
 
