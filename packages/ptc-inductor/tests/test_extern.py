@@ -274,6 +274,31 @@ def test_views_of_an_unaligned_gradient_share_one_copy_in_aligned_rows(dtype: to
     assert [a.stride for a in first] == [(1, 1032), (1032, 1)], first
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_products_over_an_unaligned_contraction_run_over_it_padded_with_zeros(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]
+) -> None:
+    # The LM head's input gradient, (M, vocab) by (vocab, hidden): K = 1031 is padded with zeros
+    # in both operands (the CUDA rule, for products this large; any size here). The padded
+    # gradient is the same copy the weight's gradient reads transposed.
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(matmul, "_PAD_K_MIN_WORK", 0)
+    set_tf32(True)
+    g = torch.Generator().manual_seed(0)
+    grad, w, x, b = (torch.randn(*s, generator=g).to(dtype) for s in ((4, 256, 1031), (1031, 64), (1024, 64), (64,)))
+
+    def fn(grad: torch.Tensor, w: torch.Tensor, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        flat = aten.view.default(aten.mul.Tensor(grad, 2.0), [1024, 1031])
+        return aten.mm.default(aten.permute.default(flat, [1, 0]), x), aten.addmm.default(b, flat, w)
+
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    compiled = check(fn, grad, w, x, b, **tolerance)
+    transposed, padded = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
+    assert padded.op is aten.addmm.default
+    assert padded.args[1].size == (1024, 1032) and padded.args[2].size == (1032, 64)
+    assert transposed.args[0].buffer == padded.args[1].buffer
+
+
 def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]) -> None:
     # Both rules at once: the output's rows and the second operand's rows are unaligned.
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))

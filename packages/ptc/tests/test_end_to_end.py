@@ -182,10 +182,12 @@ def test_conv_net_training_step_matches_eager_in_either_layout(layout: str, monk
 def test_padded_logits_train_as_eager_and_come_back_in_eager_dim_order(monkeypatch: pytest.MonkeyPatch) -> None:
     # The CUDA rule for products with unaligned rows (ptc-inductor computes an LM head over a
     # 1031-token vocabulary into rows of 1032, as torch.compile does), switched on for the CPU:
-    # the logits come back as a view of the padded rows, and the loss and gradients equal eager's.
+    # the logits come back as a view of the padded rows, the backward's products over the
+    # vocabulary run over it padded with zeros, and the loss and gradients equal eager's.
     from ptc_inductor.lowering import matmul
 
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(matmul, "_PAD_K_MIN_WORK", 0)  # the backward's products over the vocabulary, padded too
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True  # float32 products are padded where TF32 runs them
     try:

@@ -109,6 +109,9 @@ def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
     per_row = _row_elements(x.dtype)
     if x.view is not None and _blas_ready(x.view, per_row):
         return x
+    stored = ctx.shared.get(_zero_padded_key(x, per_row))
+    if stored is not None:
+        return stored[1]  # already copied into aligned rows for another product
     based = ctx.view_base(x)
     if based is not None:
         # A view (an LM head's output gradient, transposed for the weight's gradient) is read
@@ -117,13 +120,67 @@ def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
         # kernel: 4.8 ms of GPT-2's 33 ms bf16 training step on an H200.
         base, restride = based
         if all(isinstance(n, int) for n in base.size) and _blas_ready_view(x, restride(padded_strides(base.size, per_row), 0), per_row):
-            aligned = ctx.as_aligned_arg(base, per_row)
+            aligned = _zero_padded(ctx, base, per_row)[1] if base.ndim == 2 else ctx.as_aligned_arg(base, per_row)
             found = restride(aligned.stride, aligned.offset)
             if found is not None and _blas_ready_view(x, found, per_row):
                 return BufferArg(aligned.buffer, x.size, tuple(normalize(s) for s in found[0]), normalize(found[1]))
     elif x.view is None and int(x.size[1]) % per_row == 0:
         return x  # realized row-major, its rows are aligned
-    return ctx.as_aligned_arg(x, per_row)
+    return _zero_padded(ctx, x, per_row)[1]
+
+
+def _zero_padded(ctx: LoweringContext, x: TensorValue, per_row: int) -> tuple[BufferArg, BufferArg]:
+    """A static 2-D ``x`` stored once in rows padded with zeros to ``per_row`` elements: the whole
+    padded buffer, and the view of ``x`` in it. Aligned rows let cuBLAS read ``x`` or its transpose;
+    the zeros let a product over its columns run over the padded length instead (an odd K)."""
+    columns = -(-int(x.size[1]) // per_row) * per_row
+    key = _zero_padded_key(x, per_row)
+    found: tuple[BufferArg, BufferArg] | None = ctx.shared.get(key)
+    if found is None:
+        if columns == x.size[1]:
+            whole = ctx.as_aligned_arg(x, per_row)
+        else:
+            real = ctx.realize(_padded(ctx, x, columns), (columns, 1), exact=True)
+            assert real.view is not None
+            whole = real.view
+        found = whole, BufferArg(whole.buffer, x.size, whole.stride, whole.offset)
+        ctx.shared[key] = found
+    return found
+
+
+def _zero_padded_key(x: TensorValue, per_row: int) -> tuple[str, int, int]:
+    return ("zero_padded", id(x), per_row)
+
+
+# A product at least this large (M*K*N) with an unaligned contraction length K is run over K
+# padded with zeros: cuBLAS gave GPT-2's LM head input gradient ((8192, 50257) by (50257, 768),
+# bf16) a pre-Hopper kernel of 4.8 ms on an H200.
+_PAD_K_MIN_WORK = 1 << 30
+
+
+def _padded_contraction(ctx: LoweringContext, a: Any, b: Any) -> int | None:
+    """The aligned contraction length to compute ``a @ b`` over, or None to leave it as it is."""
+    if not all(isinstance(m, TensorValue) and m.ndim == 2 and all(isinstance(n, int) for n in m.size) for m in (a, b)):
+        return None
+    if a.device.type not in _PADDED_DEVICE_TYPES or a.dtype not in _PADDED_DTYPES or b.dtype != a.dtype:
+        return None
+    if a.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return None  # the CUDA cores: alignment does not pay for the copies (see padded_columns)
+    (m, k), n = a.size, b.size[1]
+    per_row = _row_elements(a.dtype)
+    if k % per_row == 0 or int(m) * int(k) * int(n) < _PAD_K_MIN_WORK:
+        return None
+    return -(-int(k) // per_row) * per_row
+
+
+def _rows_padded(ctx: LoweringContext, x: TensorValue, rows: int) -> TensorValue:
+    """``x`` with zero rows appended up to ``rows``."""
+    meta, ctx.meta = ctx.meta, TensorMeta.of((rows, x.size[1]), x.dtype, x.device)
+    try:
+        padded: TensorValue = _pad(ctx, x, [0, 0, 0, rows - int(x.size[0])], 0)
+    finally:
+        ctx.meta = meta
+    return padded
 
 
 def _padded_matmul(op: Any) -> Any:
@@ -137,6 +194,12 @@ def _padded_matmul(op: Any) -> Any:
             columns is not None and not kwargs and len(args) == operand + 1 and isinstance(args[operand], TensorValue)
             and (bias is None or (isinstance(bias, TensorValue) and bias.ndim == 1))
         )  # fmt: skip
+        k = None if pads or kwargs or len(args) != operand + 1 else _padded_contraction(ctx, args[operand - 1], args[operand])
+        if k is not None:
+            # Both operands padded along K with zeros, which add nothing to the product.
+            a, b = args[operand - 1], args[operand]
+            wide_a = _zero_padded(ctx, a, _row_elements(a.dtype))[0]
+            return plain(ctx, *args[: operand - 1], wide_a, _aligned_operand(ctx, _rows_padded(ctx, b, k)))
         # The matrix operands; the second one, when the output is padded, gets aligned rows from its padding.
         args = tuple(_aligned_operand(ctx, a) if i >= operand - 1 and not (pads and i == operand) else a for i, a in enumerate(args))
         if not pads:
