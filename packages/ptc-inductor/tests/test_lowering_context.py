@@ -52,6 +52,37 @@ def test_cheap_value_read_in_one_kernel_stays_inlined() -> None:
     assert compiled.kernel_count == 1 and len(compiled.memory_plan.storage) == 1
 
 
+def test_value_read_along_several_pointwise_paths_of_one_node_counts_once() -> None:
+    # A GELU backward's shape: the output reads t four times at its own index (t*t - t, t + 1),
+    # which code generation computes once; the row sum reads it once more. Two evaluations of
+    # a cheap expression: inlined in both, not stored. (Counted per path, five evaluations made
+    # it look worth a buffer: GPT-2's backward stored each layer's recomputed tanh.)
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = x
+        for _ in range(3):
+            t = aten.tanh.default(aten.mul.Tensor(t, 1.5))
+        g = aten.mul.Tensor(aten.sub.Tensor(aten.mul.Tensor(t, t), t), aten.add.Tensor(t, 1.0))
+        return g, aten.sum.dim_IntList(t, [1])
+
+    compiled = check(fn, torch.randn(64, 48, generator=torch.Generator().manual_seed(5)))
+    pointwise = [n for k in compiled.schedule.kernels for n in k.nodes if n.kind == "pointwise"]
+    assert len(pointwise) == 1  # the output; t is not stored
+
+
+def test_value_read_at_two_shifted_indices_counts_twice() -> None:
+    # t[1:] - t[:-1] reads t at two indices of each element: two evaluations per element, so an
+    # expression costly enough is stored once instead.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        t = x
+        for _ in range(10):
+            t = aten.mul.Tensor(aten.tanh.default(t), 1.5)
+        return aten.sub.Tensor(aten.slice.Tensor(t, 1, 1, 48), aten.slice.Tensor(t, 1, 0, 47))
+
+    compiled = check(fn, torch.randn(64, 48, generator=torch.Generator().manual_seed(6)))
+    pointwise = [n for k in compiled.schedule.kernels for n in k.nodes if n.kind == "pointwise"]
+    assert len(pointwise) == 2  # t stored once, then the difference
+
+
 def test_value_feeding_a_norm_is_realized_when_recomputing_it_costs_more() -> None:
     # Four evaluations (mean, twice in the variance, the normalization) of an expression of
     # twenty ops: storing it once is cheaper; the node computing it joins the norm's kernel.

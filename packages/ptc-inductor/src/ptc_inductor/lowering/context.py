@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +96,9 @@ class LazyValue:
     candidate: bool = False
     realized: TensorValue | None = None
     stored_as: BufferArg | None = None
+    # Per input: whether the loader evaluates it at the value's own index (a pointwise operand of
+    # the same shape), where code generation shares repeated evaluations.
+    at_own_index: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,8 @@ class Reader:
     name: str
     roots: tuple[int, ...]
     origin: str
+    # Per root, as LazyValue's, for a pointwise node (see _evaluations); empty for a reduction.
+    at_own_index: tuple[bool, ...] = ()
 
 
 @dataclass
@@ -162,14 +167,15 @@ class LoweringContext:
 
     def lazy(
         self, value: TensorValue, inputs: Sequence[Any], ops_count: int, view_of: tuple[TensorValue, Restride] | None = None,
-        stored_as: BufferArg | None = None,
+        stored_as: BufferArg | None = None, at_own_index: Sequence[Any] = (),
     ) -> TensorValue:
         """Record a new unrealized ``value`` whose loader runs ``ops_count`` ops of its own and
         evaluates each TensorValue in ``inputs`` once per element; return the value consumers use.
 
         ``view_of`` is (base, restride) for a view of another lazy value: realizing the view can
         then store the base and view its buffer (see ``remap``). ``stored_as`` is a buffer view
-        that already holds the value in another layout (see ``stored_view``)."""
+        that already holds the value in another layout (see ``stored_view``). ``at_own_index``
+        are the inputs the loader evaluates at the value's own index (pointwise operands)."""
         key = len(self._lazy)
         table = self._lazy
         compute = value.loader
@@ -179,7 +185,7 @@ class LoweringContext:
             return compute(idx) if real is None else real.loader(idx)
 
         shown = dataclasses.replace(value, loader=load)
-        self._register(shown, compute, inputs, ops_count)
+        self._register(shown, compute, inputs, ops_count, {id(a) for a in at_own_index})
         if view_of is not None and id(view_of[0]) in self._key_of:
             self._lazy[key].view_of = self._key_of[id(view_of[0])]
             self._lazy[key].restride = view_of[1]
@@ -222,8 +228,9 @@ class LoweringContext:
             return None
         return BufferArg(arg.buffer, value.size, tuple(sizes.normalize(s) for s in found[0]), sizes.normalize(found[1]))
 
-    def _register(self, value: TensorValue, compute: Loader, inputs: Sequence[Any], ops_count: int) -> int:
+    def _register(self, value: TensorValue, compute: Loader, inputs: Sequence[Any], ops_count: int, own: Collection[int] = ()) -> int:
         keys: list[int] = []
+        at_own: list[bool] = []
         loads = 0
         for a in inputs:
             if not isinstance(a, TensorValue):
@@ -231,10 +238,13 @@ class LoweringContext:
             key = self._key_of.get(id(a))
             if key is not None:
                 keys.append(key)
+                at_own.append(id(a) in own)
             elif a.view is not None:
                 loads += 1
         self._clock += 1
-        self._lazy.append(LazyValue(value, compute, tuple(keys), loads, ops_count, self.origin, self._clock))
+        record = LazyValue(value, compute, tuple(keys), loads, ops_count, self.origin, self._clock)
+        record.at_own_index = tuple(at_own)
+        self._lazy.append(record)
         # The record holds the value, which keeps its id() unique while the table uses it.
         self._key_of[id(value)] = len(self._lazy) - 1
         return len(self._lazy) - 1
@@ -274,8 +284,63 @@ class LoweringContext:
             self._costs[k] = total
         return self._costs[key]
 
-    def _evaluations(self, roots: Sequence[int]) -> dict[int, int]:
-        """How often each unrealized lazy value is evaluated per element of a node inlining ``roots``."""
+    def _evaluations(self, roots: Sequence[int], at_own_index: Sequence[bool] = ()) -> dict[int, int]:
+        """How often each unrealized lazy value is evaluated per element of a node inlining ``roots``.
+
+        In a pointwise node (``at_own_index`` given, per root), evaluations at the same index
+        count once however many paths lead there: code generation computes an expression once
+        per element (a GELU backward reads its tanh along five paths, through identical
+        reshapes). An index is named by the path's pointwise operands (the node's own index) and
+        its views (their strides over the base). In a reduction's node every path counts: the
+        inlining budget was set counting them so.
+        """
+        if not at_own_index:
+            return self._path_counts(roots)
+        signatures: dict[int, set[int]] = {}
+        names: dict[tuple[Any, ...], int] = {}
+        pending: list[int] = []
+
+        def name(parent: int, edge: Any) -> int:
+            return names.setdefault((parent, edge), len(names) + 1)  # 0: the node's own index
+
+        def add(key: int, found: set[int]) -> None:
+            if self._lazy[key].realized is not None:
+                return
+            if key not in signatures:
+                signatures[key] = set()
+                heapq.heappush(pending, -key)
+            signatures[key] |= found
+
+        for j, r in enumerate(roots):
+            add(r, {0} if at_own_index[j] else {name(-1, (r, j))})
+        # Latest first: every value that inlines a key was made after it, so its set is final
+        # when it comes off the heap.
+        while pending:
+            key = -heapq.heappop(pending)
+            record, found = self._lazy[key], signatures[key]
+            flags = record.at_own_index or (False,) * len(record.inputs)
+            view = self._view_signature(record)
+            for position, (i, same) in enumerate(zip(record.inputs, flags)):
+                if same:
+                    add(i, found)
+                else:
+                    edge = view if view is not None else (key, position)
+                    add(i, {name(s, edge) for s in found})
+        return {k: len(v) for k, v in signatures.items()}
+
+    def _view_signature(self, record: LazyValue) -> tuple[Any, ...] | None:
+        """How a strided view reads its base: its size and its strides over the base stored
+        row-major; None for any other value. Two views alike read the base at the same index."""
+        if record.view_of is None or record.restride is None:
+            return None
+        base = self._lazy[record.view_of].value
+        found = record.restride(contiguous_strides(base.size), 0)
+        if found is None:
+            return None
+        return ("view", record.view_of, tuple(record.value.size), tuple(found[0]), found[1])
+
+    def _path_counts(self, roots: Sequence[int]) -> dict[int, int]:
+        """Evaluations per element counted per path (see ``_evaluations``)."""
         counts: dict[int, int] = {}
         pending: list[int] = []
 
@@ -289,8 +354,6 @@ class LoweringContext:
 
         for r in roots:
             add(r, 1)
-        # Latest first: every value that inlines a key was made after it, so its count is final
-        # when it comes off the heap.
         while pending:
             key = -heapq.heappop(pending)
             for i in self._lazy[key].inputs:
@@ -344,7 +407,7 @@ class LoweringContext:
 
         origins = self._origins(record.inputs, record.origin)
         wrapped = with_simplified_indices(body, ranges, ())
-        self._readers.append(Reader(name, record.inputs, record.origin))
+        self._readers.append(Reader(name, record.inputs, record.origin, record.at_own_index))
         # Computed where the value was defined: nodes made since may read it through its loader.
         self._insert(ComputedNode(name, "pointwise", (buf,), ranges, (), wrapped, origins), record.seq)
         record.realized = self.value_of_buffer(buf)
@@ -436,7 +499,7 @@ class LoweringContext:
         read are evaluated once more, by its node, instead of once per evaluation of it, and the
         values reading it get cheaper), so a value skipped now never becomes worth realizing.
         """
-        reads = [self._evaluations(r.roots) for r in self._readers]
+        reads = [self._evaluations(r.roots, r.at_own_index) for r in self._readers]
         evals: dict[int, int] = {}
         readers: dict[int, set[int]] = {}
 
@@ -475,10 +538,10 @@ class LoweringContext:
             # Realizing a reshape realizes the value it reshapes: recount the readers of both.
             for i in sorted({i for k in self._realized_keys[done:] for i in readers.get(k, ())}):
                 count(i, -1)
-                reads[i] = self._evaluations(self._readers[i].roots)
+                reads[i] = self._evaluations(self._readers[i].roots, self._readers[i].at_own_index)
                 count(i, 1)
             for i in range(len(reads), len(self._readers)):
-                reads.append(self._evaluations(self._readers[i].roots))
+                reads.append(self._evaluations(self._readers[i].roots, self._readers[i].at_own_index))
                 count(i, 1)
         self._refresh_origins()
 

@@ -108,7 +108,8 @@ def make_pointwise(
         result = fn(*[ld(idx) for ld in loaders])
         return ops.to_dtype(result, out) if out != cdtype else result
 
-    return ctx.lazy(TensorValue(out, dev, size, loader), args, 1)
+    same = [a for a in args if isinstance(a, TensorValue) and tuple(a.size) == size]
+    return ctx.lazy(TensorValue(out, dev, size, loader), args, 1, at_own_index=same)
 
 
 def _device_of(args: Sequence[Any], meta: Any) -> torch.device:
