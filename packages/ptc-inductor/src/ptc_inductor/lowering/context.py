@@ -135,7 +135,7 @@ class LoweringContext:
     # Strides the node being lowered wants for its reduction result (a channels-last pooling).
     reduction_stride: tuple[Size, ...] | None = None
     # Values lowerings derive once and share between call sites (matmul.py's zero-padded copies),
-    # keyed by the id of a value the graph's environment keeps alive during the lowering.
+    # keyed by the id of a value the entry itself holds (so no other value takes that id).
     shared: dict[Any, Any] = field(default_factory=dict)
     _copies: dict[tuple[BufferArg, tuple[Size, ...]], BufferArg] = field(default_factory=dict)
     _lazy: list[LazyValue] = field(default_factory=list)

@@ -7,8 +7,9 @@ against 0.23 ms for the same product with aligned rows. Such a product is comput
 padded to 16 bytes (the second operand, and addmm's bias, padded with zero columns, a copy that
 fuses into one kernel) and read back through a slice. The slice stays unrealized: a pointwise
 or reduction consumer (the loss) reads the padded rows directly, and an output the graph
-returns is a view of the padded rows (eager's dim order, longer rows), not a copy. A float32 product is padded only where it runs on
-the matrix units (TF32 allowed): on the CUDA cores alignment does not pay for the copy.
+returns is a view of the padded rows (eager's dim order, longer rows), not a copy. A float32
+product is padded only where it runs on the matrix units (TF32 allowed): on the CUDA cores
+alignment does not pay for the copy.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
         return x
     stored = ctx.shared.get(_zero_padded_key(x, per_row))
     if stored is not None:
-        return stored[1]  # already copied into aligned rows for another product
+        return stored[2]  # already copied into aligned rows for another product
     based = ctx.view_base(x)
     if based is not None:
         # A view (an LM head's output gradient, transposed for the weight's gradient) is read
@@ -120,22 +121,23 @@ def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
         # kernel: 4.8 ms of GPT-2's 33 ms bf16 training step on an H200.
         base, restride = based
         if all(isinstance(n, int) for n in base.size) and _blas_ready_view(x, restride(padded_strides(base.size, per_row), 0), per_row):
-            aligned = _zero_padded(ctx, base, per_row)[1] if base.ndim == 2 else ctx.as_aligned_arg(base, per_row)
+            aligned = _zero_padded(ctx, base, per_row)[2] if base.ndim == 2 else ctx.as_aligned_arg(base, per_row)
             found = restride(aligned.stride, aligned.offset)
             if found is not None and _blas_ready_view(x, found, per_row):
                 return BufferArg(aligned.buffer, x.size, tuple(normalize(s) for s in found[0]), normalize(found[1]))
     elif x.view is None and int(x.size[1]) % per_row == 0:
         return x  # realized row-major, its rows are aligned
-    return _zero_padded(ctx, x, per_row)[1]
+    return _zero_padded(ctx, x, per_row)[2]
 
 
-def _zero_padded(ctx: LoweringContext, x: TensorValue, per_row: int) -> tuple[BufferArg, BufferArg]:
-    """A static 2-D ``x`` stored once in rows padded with zeros to ``per_row`` elements: the whole
-    padded buffer, and the view of ``x`` in it. Aligned rows let cuBLAS read ``x`` or its transpose;
-    the zeros let a product over its columns run over the padded length instead (an odd K)."""
+def _zero_padded(ctx: LoweringContext, x: TensorValue, per_row: int) -> tuple[TensorValue, BufferArg, BufferArg]:
+    """A static 2-D ``x`` stored once in rows padded with zeros to ``per_row`` elements: ``x``,
+    the whole padded buffer, and the view of ``x`` in it. Aligned rows let cuBLAS read ``x`` or
+    its transpose; the zeros let a product over its columns run over the padded length instead
+    (an odd K). The entry holds ``x``, so no other value takes its id while the lowering runs."""
     columns = -(-int(x.size[1]) // per_row) * per_row
     key = _zero_padded_key(x, per_row)
-    found: tuple[BufferArg, BufferArg] | None = ctx.shared.get(key)
+    found: tuple[TensorValue, BufferArg, BufferArg] | None = ctx.shared.get(key)
     if found is None:
         if columns == x.size[1]:
             whole = ctx.as_aligned_arg(x, per_row)
@@ -143,8 +145,9 @@ def _zero_padded(ctx: LoweringContext, x: TensorValue, per_row: int) -> tuple[Bu
             real = ctx.realize(_padded(ctx, x, columns), (columns, 1), exact=True)
             assert real.view is not None
             whole = real.view
-        found = whole, BufferArg(whole.buffer, x.size, whole.stride, whole.offset)
+        found = x, whole, BufferArg(whole.buffer, x.size, whole.stride, whole.offset)
         ctx.shared[key] = found
+    assert found[0] is x
     return found
 
 
@@ -198,7 +201,7 @@ def _padded_matmul(op: Any) -> Any:
         if k is not None:
             # Both operands padded along K with zeros, which add nothing to the product.
             a, b = args[operand - 1], args[operand]
-            wide_a = _zero_padded(ctx, a, _row_elements(a.dtype))[0]
+            wide_a = _zero_padded(ctx, a, _row_elements(a.dtype))[1]
             return plain(ctx, *args[: operand - 1], wide_a, _aligned_operand(ctx, _rows_padded(ctx, b, k)))
         # The matrix operands; the second one, when the output is padded, gets aligned rows from its padding.
         args = tuple(_aligned_operand(ctx, a) if i >= operand - 1 and not (pads and i == operand) else a for i, a in enumerate(args))
