@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--mode", default=None, help="compile mode (default: the workload's own, e.g. reduce-overhead for gpt-decode)")
     parser.add_argument("--cprofile", action="store_true", help="also print the Python functions the ptc steps spend CPU time in")
     parser.add_argument("--host", action="store_true", help="also print a step's host time (and ptc's guard time) beside its synchronized time")
+    parser.add_argument("--sources", default=None, metavar="DIR",
+                        help="write the source of ptc's generated kernels listed in the table to DIR/<kernel name>.py, and print the graph nodes each computes")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     spec = WORKLOADS[args.workload]
@@ -42,6 +44,7 @@ def main() -> None:
         if impl == "ptc":
             import ptc
 
+            sources = _record_kernel_sources() if args.sources else {}
             model = ptc.compile(model, mode=args.mode or spec.mode)
         elif impl == "torch.compile":
             model = torch.compile(model, mode=args.mode or spec.mode)
@@ -59,10 +62,46 @@ def main() -> None:
         gpu_ms = sum(e.self_device_time_total for e in kernels) / args.steps / 1e3
         print(f"===== {args.workload} {impl}: {launches:.0f} kernels/step, {gpu_ms:.3f} ms GPU/step")
         print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total", row_limit=args.rows, max_name_column_width=70))
+        if impl == "ptc" and args.sources:
+            top = sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.rows]
+            _write_sources(args.sources, [(e.key, e.self_device_time_total / args.steps, e.count / args.steps) for e in top], sources)
         if args.cprofile:
             _python_hotspots(model, inputs, spec.train, args.steps * 4, args.rows)
         if args.host:
             _host_split(model, inputs, spec.train, impl)
+
+
+def _record_kernel_sources() -> dict[str, str]:
+    """Kernel name -> generated source of every Triton kernel ptc compiles from now on (the
+    names the profiler shows are the canonical ones, a hash of the source)."""
+    from ptc_inductor import triton_runtime
+
+    found: dict[str, str] = {}
+    canonical = triton_runtime.canonical
+
+    def recording(kernel: Any) -> Any:
+        form = canonical(kernel)
+        found.setdefault(form.symbol, kernel.source)
+        return form
+
+    triton_runtime.canonical = recording  # type: ignore[assignment]
+    return found
+
+
+def _write_sources(directory: str, top: list[tuple[str, float, float]], sources: dict[str, str]) -> None:
+    """Write each listed kernel's source into ``directory`` and print what it computes."""
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    print(f"----- ptc kernel sources (in {directory})")
+    for name, us, calls in top:
+        source = sources.get(name)
+        if source is None:
+            continue
+        with open(os.path.join(directory, f"{name}.py"), "w", encoding="utf-8") as f:
+            f.write(source)
+        nodes = next((ln.strip() for ln in source.splitlines() if "graph node(s):" in ln), "")
+        print(f"{name}  {us:9.1f} us/step  {calls:4.0f} calls/step  {nodes[:230]}")
 
 
 def _sync() -> None:
