@@ -8,7 +8,7 @@ from typing import TypeAlias
 
 import sympy
 
-from .sizes import Size, SizeEnv, current, integral, known_le, known_lt, normalize
+from .sizes import Size, SizeEnv, current, equal, hint, integral, known_le, known_lt, normalize
 
 Expr: TypeAlias = sympy.Expr
 
@@ -62,6 +62,61 @@ def linear_index(index: Sequence[Expr], strides: Sequence[Size], offset: Size = 
     for i, s in zip(index, strides):
         total = total + i * s
     return sympy.expand(total)
+
+
+def view_index(index: Sequence[Expr], new_size: Sequence[Size], old_size: Sequence[Size]) -> list[Expr]:
+    """The index into ``old_size`` that a row-major view of it as ``new_size`` reads at ``index``.
+
+    Dims are matched in groups whose sizes have equal products (a merge ``[.., 12, 64] ->
+    [.., 768]``, a split, or one dim kept as it is): a kept dim keeps its index, and only a
+    group's own indices are linearized and split again. Linearizing the whole index instead
+    makes every old index a division and modulus of all the new ones, which simplification
+    cannot undo when a new index is an offset (a cat's part reads ``x - 1536``): the kernel
+    then computes, and cannot vectorize, what is a plain strided read.
+    """
+    n_old, n_new = len(old_size), len(new_size)
+
+    def flat() -> list[Expr]:
+        return unravel(linear_index(index, contiguous_strides(new_size)), old_size)
+
+    if any(s == 0 for s in old_size) or any(s == 0 for s in new_size):
+        return flat()
+    out: list[Expr] = []
+    i = j = 0
+    while i < n_old or j < n_new:
+        if i < n_old and old_size[i] == 1:
+            out.append(sympy.Integer(0))
+            i += 1
+            continue
+        if j < n_new and new_size[j] == 1:
+            j += 1
+            continue
+        if i == n_old or j == n_new:
+            return flat()
+        i_end, j_end = i + 1, j + 1
+        old_numel: Size = old_size[i]
+        new_numel: Size = new_size[j]
+        while not equal(old_numel, new_numel):
+            if hint(old_numel) == hint(new_numel):
+                # Products that only the hints make equal: no grouping holds at every size.
+                return flat()
+            if hint(old_numel) < hint(new_numel):
+                if i_end == n_old:
+                    return flat()
+                old_numel = normalize(old_numel * old_size[i_end])
+                i_end += 1
+            else:
+                if j_end == n_new:
+                    return flat()
+                new_numel = normalize(new_numel * new_size[j_end])
+                j_end += 1
+        if i_end - i == 1 and j_end - j == 1:
+            out.append(index[j])
+        else:
+            group = new_size[j:j_end]
+            out.extend(unravel(linear_index(index[j:j_end], contiguous_strides(group)), old_size[i:i_end]))
+        i, j = i_end, j_end
+    return out
 
 
 def unravel(flat: Expr, sizes: Sequence[Size]) -> list[Expr]:

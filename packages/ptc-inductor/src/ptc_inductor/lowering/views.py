@@ -8,7 +8,7 @@ from typing import Any
 import sympy
 import torch
 
-from ..indexing import Expr, contiguous_strides, linear_index, unravel
+from ..indexing import Expr, contiguous_strides, view_index
 from ..ir import BufferArg, TensorValue
 from ..sizes import Size, equal, hint, known_le, known_lt, normalize
 from ..virtualized import ops
@@ -247,14 +247,13 @@ def view_strides(old_size: Sequence[Size], old_stride: Sequence[Size], new_size:
 def _view(ctx: LoweringContext, x: TensorValue, size: Sequence[Size]) -> TensorValue:
     new_size = [normalize(s) for s in ctx.meta.shape]
     old_size = x.size
-    new_strides = contiguous_strides(new_size)
 
     def restride(st: Strides, off: Size) -> Strided | None:
         found = view_strides(old_size, st, new_size)
         return None if found is None else (found, off)
 
     def index_fn(idx: Sequence[Expr]) -> list[Expr]:
-        return unravel(linear_index(idx, new_strides), old_size)
+        return view_index(idx, new_size, old_size)
 
     return remap(ctx, x, new_size, index_fn, restride)
 
