@@ -245,25 +245,35 @@ def test_operands_with_unaligned_rows_are_stored_in_aligned_rows_and_match_eager
     compiled = check(fn, grad, w, x)
     per_row = 16 // dtype.itemsize
     externs = [s for s in compiled.schedule.steps if not hasattr(s, "nodes")]
-    leading = [e.args[0].stride[0] for e in externs]
+    # Each first operand's leading dimension (its row stride, or its column stride when it is
+    # read transposed) is aligned, and both read one copy of the gradient: its rows padded.
+    leading = [a.stride[0] if a.stride[1] == 1 else a.stride[1] for a in (e.args[0] for e in externs)]
     assert all(s % per_row == 0 for s in leading), leading
+    assert len({e.args[0].buffer for e in externs}) == 1
     # The weight and the activations were aligned already: passed as they are.
     assert [e.args[1].buffer for e in externs] == ["arg1", "arg2"]
 
 
+def _gradient(grad: torch.Tensor, computed: bool) -> torch.Tensor:
+    """The LM head's output gradient as (M, vocab): computed by a kernel, or a graph input (a
+    backward graph's tangent)."""
+    return aten.view.default(aten.mul.Tensor(grad, 2.0) if computed else grad, [1024, 1031])
+
+
+@pytest.mark.parametrize("computed", [True, False], ids=["computed", "input"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_views_of_an_unaligned_gradient_share_one_copy_in_aligned_rows(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_views_of_an_unaligned_gradient_share_one_copy_in_aligned_rows(dtype: torch.dtype, computed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     # An LM head's backward as the loss leaves it: the (batch, seq, vocab) gradient, computed
-    # by a kernel, viewed as (M, vocab) for the input's gradient and transposed for the weight's.
-    # Both products read one copy of it in aligned rows; the transposed view was handed to
-    # cuBLAS with a leading dimension of 1031 (a pre-Hopper kernel, 4.8 ms of GPT-2's bf16
-    # training step on an H200).
+    # by a kernel or handed in, viewed as (M, vocab) for the input's gradient and transposed
+    # for the weight's. Both products read one copy of it in aligned rows; the transposed view
+    # was handed to cuBLAS with a leading dimension of 1031 (a pre-Hopper kernel, 4.8 ms of
+    # GPT-2's bf16 training step on an H200), and then copied transposed (599 us).
     monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
     g = torch.Generator().manual_seed(0)
     grad, w, x = (torch.randn(*s, generator=g).to(dtype) for s in ((4, 256, 1031), (1031, 64), (1024, 64)))
 
     def fn(grad: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        flat = aten.view.default(aten.mul.Tensor(grad, 2.0), [1024, 1031])
+        flat = _gradient(grad, computed)
         return aten.mm.default(aten.permute.default(flat, [1, 0]), x), aten.mm.default(flat, w)
 
     tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
@@ -274,9 +284,10 @@ def test_views_of_an_unaligned_gradient_share_one_copy_in_aligned_rows(dtype: to
     assert [a.stride for a in first] == [(1, 1032), (1032, 1)], first
 
 
+@pytest.mark.parametrize("computed", [True, False], ids=["computed", "input"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_products_over_an_unaligned_contraction_run_over_it_padded_with_zeros(
-    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]
+    dtype: torch.dtype, computed: bool, monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]
 ) -> None:
     # The LM head's input gradient, (M, vocab) by (vocab, hidden): K = 1031 is padded with zeros
     # in both operands (the CUDA rule, for products this large; any size here). The padded
@@ -288,7 +299,7 @@ def test_products_over_an_unaligned_contraction_run_over_it_padded_with_zeros(
     grad, w, x, b = (torch.randn(*s, generator=g).to(dtype) for s in ((4, 256, 1031), (1031, 64), (1024, 64), (64,)))
 
     def fn(grad: torch.Tensor, w: torch.Tensor, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        flat = aten.view.default(aten.mul.Tensor(grad, 2.0), [1024, 1031])
+        flat = _gradient(grad, computed)
         return aten.mm.default(aten.permute.default(flat, [1, 0]), x), aten.addmm.default(b, flat, w)
 
     tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
@@ -297,6 +308,7 @@ def test_products_over_an_unaligned_contraction_run_over_it_padded_with_zeros(
     assert padded.op is aten.addmm.default
     assert padded.args[1].size == (1024, 1032) and padded.args[2].size == (1032, 64)
     assert transposed.args[0].buffer == padded.args[1].buffer
+    assert transposed.args[0].stride == (1, 1032)
 
 
 def test_a_padded_product_of_a_row_major_second_operand_matches_eager(monkeypatch: pytest.MonkeyPatch, set_tf32: Callable[[bool], None]) -> None:

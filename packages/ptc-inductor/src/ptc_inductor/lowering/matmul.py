@@ -23,7 +23,7 @@ from ptc_spec import TensorMeta
 
 from ..ir import BufferArg, TensorValue
 from ..sizes import equal, normalize
-from .context import LoweringContext, padded_strides
+from .context import LoweringContext, buffer_loader, padded_strides
 from .extern import extern_lowering
 from .registry import register_lowering
 from .views import _pad, _slice
@@ -127,7 +127,26 @@ def _aligned_operand(ctx: LoweringContext, x: Any) -> Any:
                 return BufferArg(aligned.buffer, x.size, tuple(normalize(s) for s in found[0]), normalize(found[1]))
     elif x.view is None and int(x.size[1]) % per_row == 0:
         return x  # realized row-major, its rows are aligned
+    rows = _transposed_rows(x)
+    if rows is not None:
+        # A transposed view of a buffer (an LM head's output gradient, a graph input, read
+        # transposed for the weight's gradient) is read from that buffer's rows padded: a copy
+        # along memory, which the product over the unpadded view shares. Realized in the view's
+        # order it was a transposing copy: 599 us a step of GPT-2's bf16 training on an H200.
+        whole = _zero_padded(ctx, rows, per_row)[1]
+        return BufferArg(whole.buffer, x.size, (1, whole.stride[0]), whole.offset)
     return _zero_padded(ctx, x, per_row)[2]
+
+
+def _transposed_rows(x: TensorValue) -> TensorValue | None:
+    """The row-major matrix of which the 2-D buffer view ``x`` is the transpose, or None."""
+    arg = x.view
+    if arg is None or len(arg.stride) != 2 or not all(isinstance(v, int) for v in (*arg.stride, *arg.size, arg.offset)):
+        return None
+    if arg.stride[0] != 1 or int(arg.stride[1]) < int(arg.size[0]) or 1 in arg.size:
+        return None
+    rows = BufferArg(arg.buffer, (arg.size[1], arg.size[0]), (arg.stride[1], 1), arg.offset)
+    return TensorValue(x.dtype, x.device, rows.size, buffer_loader(rows, x.dtype), rows)
 
 
 def _zero_padded(ctx: LoweringContext, x: TensorValue, per_row: int) -> tuple[TensorValue, BufferArg, BufferArg]:
@@ -147,11 +166,16 @@ def _zero_padded(ctx: LoweringContext, x: TensorValue, per_row: int) -> tuple[Te
             whole = real.view
         found = x, whole, BufferArg(whole.buffer, x.size, whole.stride, whole.offset)
         ctx.shared[key] = found
-    assert found[0] is x
+    assert found[0] is x or x.view is not None
     return found
 
 
-def _zero_padded_key(x: TensorValue, per_row: int) -> tuple[str, int, int]:
+def _zero_padded_key(x: TensorValue, per_row: int) -> tuple[Any, ...]:
+    # A view of a buffer is known by the view itself: two values reading the same elements of
+    # the same buffer (the gradient flattened for one product, rebuilt from its transpose for
+    # the other) share one copy.
+    if x.view is not None:
+        return ("zero_padded", x.view.buffer, x.view.size, x.view.stride, x.view.offset, per_row)
     return ("zero_padded", id(x), per_row)
 
 
