@@ -142,3 +142,23 @@ def test_a_small_independent_value_still_joins_the_earlier_kernel() -> None:
     extern, kernels = _kernel_positions(compiled)
     mul_step = next(i for i, s in enumerate(compiled.schedule.steps) if hasattr(s, "nodes") and any("mul" in o for n in s.nodes for o in n.origins))
     assert mul_step < extern
+
+
+def _two_unrelated_values(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Nothing shared: a GELU-like chain over one input, a zero-padded copy of another.
+    g = aten.mul.Tensor(a, aten.add.Tensor(aten.tanh.default(aten.mul.Tensor(a, 0.79)), 1.0))
+    return g, aten.constant_pad_nd.default(b, [0, 7], 0.0)
+
+
+def test_large_unrelated_values_get_kernels_of_their_own() -> None:
+    # Joined, they share only a launch, and the kernel takes one loop nest for both: GPT-2's
+    # recomputed GELUs and its padded logits became one row loop, slower than the two apart.
+    g = torch.Generator().manual_seed(4)
+    compiled = check(_two_unrelated_values, torch.randn(256, 4096, generator=g), torch.randn(256, 4089, generator=g))
+    assert compiled.kernel_count == 2
+
+
+def test_small_unrelated_values_still_share_a_kernel() -> None:
+    g = torch.Generator().manual_seed(5)
+    compiled = check(_two_unrelated_values, torch.randn(16, 64, generator=g), torch.randn(16, 57, generator=g))
+    assert compiled.kernel_count == 1

@@ -186,6 +186,10 @@ HOIST_BYTES = 1 << 20
 """A node making more than this (and more than it reads from the kernel) never joins a kernel
 that runs before an extern call it follows: fusion must not stretch big buffers' lives."""
 
+UNRELATED_MAX_POINTS = 1 << 20
+"""A node of this many points or more joins only a kernel it shares a buffer with (reads or
+writes): fusing it with unrelated work saves one launch, small beside the node itself."""
+
 
 def _bytes_read_from(step: Sequence[ComputedNode], reads: Collection[str]) -> int:
     return sum(sizes.hint(b.layout.nbytes) for n in step for b in n.outputs if b.name in reads)
@@ -239,6 +243,11 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
                 continue
             written = {b.name for n in step for b in n.outputs}
             score = len(reads & written) * 2 + len(reads & {r for n in step for r in accesses[n.name].reads()})
+            if score == 0 and own >= UNRELATED_MAX_POINTS:
+                # Nothing to share but a launch, which a node this large does not notice; joined,
+                # it can change the kernel's loops (GPT-2's twelve recomputed GELUs and its
+                # logits' padded copy became one row loop, 891 us against 807 apart).
+                continue
             if score > best_score:
                 best, best_score, best_outer = si, score, outer
         if best >= 0:
