@@ -16,6 +16,7 @@ from ..ir import BufferArg, ExternNode, FloatSize, Layout
 from ..lowering.fallback import op_name
 from ..lowering.graph import LoweredGraph
 from ..memory import MemoryPlan
+from ..runtime.namespace import DIRECT_CALLS
 from ..runtime.namespace import restride as _restride
 from ..runtime.recycle import RECYCLE_MIN_BYTES, OutputRecycler
 from ..scheduler import Kernel, Schedule
@@ -276,7 +277,7 @@ def _read_or_returned(sched: Schedule, graph: LoweredGraph) -> set[str]:
 def _extern_lines(
     step: ExternNode, names: _Namer, render: Any, var_layout: dict[str, Layout], check: bool, needed: set[str]
 ) -> list[str]:
-    op = names.const(step.op, "op")
+    op = names.const(DIRECT_CALLS.get(step.op, step.op), "op")
     args = ", ".join([render(a) for a in step.args] + [f"{k}={render(v)}" for k, v in step.kwargs])
     lines = [f"# fallback {op_name(step.op)}: the eager kernel, unfused"] if step.fallback else []
     lines.append(f"{step.name} = {op}({args})  # {', '.join(step.origins)}")

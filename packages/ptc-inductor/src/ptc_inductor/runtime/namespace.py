@@ -26,8 +26,23 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "torch.empty_strided": torch.empty_strided,
     "torch.as_strided": torch.as_strided,
     "ptc_inductor.restride": restride,
+    "torch.mm": torch.mm,
+    "torch.addmm": torch.addmm,
+    "torch.bmm": torch.bmm,
+    "torch.baddbmm": torch.baddbmm,
 }
 """Plain functions a wrapper's namespace may hold, by the name the manifest gives them."""
+
+aten = torch.ops.aten
+
+DIRECT_CALLS: dict[Any, Callable[..., Any]] = {
+    aten.mm.default: torch.mm,
+    aten.addmm.default: torch.addmm,
+    aten.bmm.default: torch.bmm,
+    aten.baddbmm.default: torch.baddbmm,
+}
+"""Extern ops a wrapper calls through torch's own binding: the same kernel, reached without the
+overload object's boxed call (1 us less a matmul on a CPU, 2 us an addmm; a Llama step calls 65)."""
 
 DTYPES: dict[str, torch.dtype] = {str(dt): dt for dt in vars(torch).values() if isinstance(dt, torch.dtype)}
 
