@@ -16,6 +16,7 @@ from ptc_spec import META_KEY, SymbolEnv, TensorMeta, TimedStep, dialect_of, rou
 
 from . import events, program_cache
 from .config import Config, config_from_env
+from .cse import eliminate_common_subexpressions
 from .errors import PtcAotError
 from .functionalize import functionalize
 from .partition import partition, tangents
@@ -63,6 +64,9 @@ def compile_program(
     program = trace_program(fn, inputs, joint=training, shape_env=shape_env)
     start = _stage("trace", start)
     functional = functionalize(program.gm)
+    removed = eliminate_common_subexpressions(functional.gm)
+    if removed:
+        log.info("merged %d repeated pure calls", removed)
     start = _stage("functionalize", start)
     metas = program.inputs
     env = shape_env_of(functional.gm)
