@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.fx
 
@@ -25,15 +26,16 @@ def _run(gm: torch.fx.GraphModule, *args):
     return gm(*args)
 
 
-def test_a_mask_built_in_every_layer_is_built_once_and_values_match_eager() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_mask_built_in_every_layer_is_built_once_and_values_match_eager(dtype: torch.dtype) -> None:
     # A transformer that builds its attention mask in each block (GPT-2 in transformers).
     def fn(x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         for _ in range(3):
-            mask = torch.where(allowed, torch.scalar_tensor(0.0), torch.scalar_tensor(-1e4))
+            mask = torch.where(allowed, torch.scalar_tensor(0.0, dtype=x.dtype), torch.scalar_tensor(-1e4, dtype=x.dtype))
             x = torch.softmax(x + mask, -1)
         return x
 
-    x, allowed = torch.randn(4, 4), torch.rand(4, 4) > 0.3
+    x, allowed = torch.randn(4, 4).to(dtype), torch.rand(4, 4) > 0.3
     gm = _graph(fn, x, allowed)
     before = _count(gm, aten.where.self)
     assert before == 3

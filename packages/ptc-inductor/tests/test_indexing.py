@@ -47,7 +47,8 @@ def test_pointwise_between_reshapes_loads_contiguously() -> None:
             assert not index.has(sympy.floor, sympy.Mod), index
 
 
-def test_cat_of_head_merging_views_reads_each_part_along_its_own_dims() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cat_of_head_merging_views_reads_each_part_along_its_own_dims(dtype: torch.dtype) -> None:
     # Attention's backward: the q, k and v gradients, [batch, heads, seq, dim] each, are
     # transposed to [batch, seq, heads, dim], merged to [batch, seq, heads*dim] and
     # concatenated. Each part is read at the channel index minus its offset; a view that
@@ -58,7 +59,7 @@ def test_cat_of_head_merging_views_reads_each_part_along_its_own_dims() -> None:
         return aten.cat.default(parts, 2)
 
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(2, 3, 6, 4, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g).to(dtype) for _ in range(3))
     compiled = check(fn, q, k, v)
     (kernel,) = compiled.schedule.kernels
     loads = [index for node in kernel.nodes for _, index in compiled.schedule.accesses[node.name].loads]

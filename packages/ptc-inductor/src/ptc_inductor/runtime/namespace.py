@@ -42,7 +42,7 @@ DIRECT_CALLS: dict[Any, Callable[..., Any]] = {
     aten.baddbmm.default: torch.baddbmm,
 }
 """Extern ops a wrapper calls through torch's own binding: the same kernel, reached without the
-overload object's boxed call (1 us less a matmul on a CPU, 2 us an addmm; a Llama step calls 65)."""
+overload object's boxed call (1 us less a matmul on a CPU, 2 us an addmm; one call per linear layer a step)."""
 
 DTYPES: dict[str, torch.dtype] = {str(dt): dt for dt in vars(torch).values() if isinstance(dt, torch.dtype)}
 
