@@ -26,7 +26,7 @@ from ptc_spec import META_KEY, SHAPE_ENV_KEY, SymbolEnv, TensorMeta, set_dialect
 from .errors import PartitionError
 from .functionalize import FunctionalGraph
 from .maxflow import INF, FlowNetwork
-from .recompute import recomputable
+from .recompute import materialized_in_both, recomputable
 from .sizes import is_size_node
 
 aten = torch.ops.aten
@@ -120,7 +120,7 @@ def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -
     if mode == "save_all":
         saved = read_by_backward
     elif mode == "min_cut":
-        saved = _min_cut(forward_nodes, read_by_backward, hints)
+        saved = _min_cut(forward_nodes, read_by_backward, backward_nodes, hints)
     else:
         raise PartitionError(f"unknown partition {mode!r}: use 'min_cut' or 'save_all'")
     saved += _size_carriers(joint.gm, [*saved, *tangents], grads)
@@ -161,7 +161,10 @@ def _size_carriers(gm: torch.fx.GraphModule, inputs: list[torch.fx.Node], output
 
 
 def _min_cut(
-    forward_nodes: list[torch.fx.Node], read_by_backward: list[torch.fx.Node], hints: Mapping[sympy.Symbol, int] | None
+    forward_nodes: list[torch.fx.Node],
+    read_by_backward: list[torch.fx.Node],
+    backward_nodes: set[torch.fx.Node],
+    hints: Mapping[sympy.Symbol, int] | None,
 ) -> list[torch.fx.Node]:
     index = {n: i for i, n in enumerate(forward_nodes)}
     net = FlowNetwork(2 * len(forward_nodes) + 2)
@@ -169,8 +172,9 @@ def _min_cut(
     for node, i in index.items():
         net.add_edge(2 * i, 2 * i + 1, nbytes(node, hints))
         # A node on the sink side of its own edge is recomputed in the backward (the forward
-        # may still compute it for its own outputs); inputs and non-recomputable ops must not be.
-        if node.op == "placeholder" or not recomputable(node):
+        # may still compute it for its own outputs); inputs and non-recomputable ops must not be,
+        # nor values library ops read in both passes (recompute.materialized_in_both).
+        if node.op == "placeholder" or not recomputable(node) or materialized_in_both(node, backward_nodes):
             net.add_edge(source, 2 * i, INF)
         for user in node.users:
             if user in index:

@@ -3,11 +3,17 @@
 Only ops that are cheap per byte they produce qualify: pointwise ops, views and fills. Matmul,
 convolution, attention and every reduction are never recomputed, and neither is anything
 random (a recomputed draw would differ from the forward's).
+
+A cheap op's result is still not recomputed when library ops (matmul, convolution, attention)
+read it in both passes (``materialized_in_both``): the forward writes it whole for its own
+library call, so saving it adds no traffic, while recomputing it in the backward writes it whole
+again for the backward's library call, reading its inputs too.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Collection, Iterator
 
 import torch
 import torch.fx
@@ -62,3 +68,28 @@ def recomputable(node: torch.fx.Node) -> bool:
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
     return view_source(target) is not None or torch.Tag.pointwise in target.tags or target in CHEAP_CREATION
+
+
+def library_readers(node: torch.fx.Node) -> Iterator[torch.fx.Node]:
+    """The library ops (``NEVER_RECOMPUTE``) that read ``node``'s result, directly or through views."""
+    stack, seen = [node], {node}
+    while stack:
+        value = stack.pop()
+        for user in value.users:
+            if user in seen or user.op != "call_function":
+                continue
+            seen.add(user)
+            if user.target in NEVER_RECOMPUTE:
+                yield user
+            elif (user.target is operator.getitem or view_source(user.target) is not None) and user.args[0] is value:
+                stack.append(user)
+
+
+def materialized_in_both(node: torch.fx.Node, backward: Collection[torch.fx.Node]) -> bool:
+    """True when library ops read ``node`` in the forward and in the backward (``backward``: the
+    backward's nodes), so that each pass must hold it whole in memory anyway. A view is never
+    reported: it holds nothing of its own, and saving its base covers it."""
+    if node.op != "call_function" or node.target is operator.getitem or view_source(node.target) is not None:
+        return False
+    readers = list(library_readers(node))
+    return any(r in backward for r in readers) and any(r not in backward for r in readers)
