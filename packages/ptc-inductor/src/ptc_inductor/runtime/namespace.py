@@ -30,6 +30,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "torch.addmm": torch.addmm,
     "torch.bmm": torch.bmm,
     "torch.baddbmm": torch.baddbmm,
+    "torch.convolution": torch.convolution,
 }
 """Plain functions a wrapper's namespace may hold, by the name the manifest gives them."""
 
@@ -40,9 +41,25 @@ DIRECT_CALLS: dict[Any, Callable[..., Any]] = {
     aten.addmm.default: torch.addmm,
     aten.bmm.default: torch.bmm,
     aten.baddbmm.default: torch.baddbmm,
+    aten.convolution.default: torch.convolution,
 }
 """Extern ops a wrapper calls through torch's own binding: the same kernel, reached without the
-overload object's boxed call (1 us less a matmul on a CPU, 2 us an addmm; one call per linear layer a step)."""
+overload object's boxed call (1 us less a matmul on a CPU, 2 us an addmm; ResNet-50 in bf16 on
+the H200 took 3.707 ms a step with its 53 convolutions called this way, 4.684 ms through the
+overload). Attention kernels are added below where this torch has their bindings."""
+
+for _name in (
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+):
+    _binding = getattr(torch._C._VariableFunctions, _name, None)
+    _overload = getattr(getattr(aten, _name, None), "default", None)
+    if _binding is not None and _overload is not None:
+        DIRECT_CALLS[_overload] = _binding
+        FUNCTIONS[f"torch.{_name}"] = _binding
+del _name, _binding, _overload
 
 DTYPES: dict[str, torch.dtype] = {str(dt): dt for dt in vars(torch).values() if isinstance(dt, torch.dtype)}
 
