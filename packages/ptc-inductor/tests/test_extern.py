@@ -377,3 +377,32 @@ def test_attention_is_called_through_its_torch_binding_and_matches_eager(dtype: 
     held = list(compiled.namespace.values())
     assert any(h is torch._scaled_dot_product_flash_attention_for_cpu for h in held)
     assert not any(isinstance(h, torch._ops.OpOverload) for h in held)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_inputs_are_stored_in_eager_layout_so_its_output_needs_no_copy(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    # Llama's query is a pointwise result (rotary embedding) of a heads-transposed projection:
+    # eager keeps it (batch, seq, heads, dim) in memory and the attention output follows it.
+    # Stored row-major instead, the output came back in another layout and was copied.
+    import ptc_inductor.codegen.wrapper as wrapper
+
+    copies: list[tuple[int, ...]] = []
+    real = wrapper._restride
+
+    def counting(t: torch.Tensor, size: Any, stride: Any) -> torch.Tensor:
+        copies.append(tuple(t.stride()))
+        return real(t, size, stride)
+
+    monkeypatch.setattr(wrapper, "_restride", counting)
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 6, 32, generator=g).to(dtype), torch.randn(32, 96, generator=g).to(dtype)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        qkv = aten.view.default(aten.mm.default(aten.view.default(x, [12, 32]), w), [2, 6, 3, 4, 8])
+        q, k, v = (aten.permute.default(aten.select.int(qkv, 2, i), [0, 2, 1, 3]) for i in range(3))
+        q = aten.mul.Tensor(q, 0.5)
+        out = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, True)[0]
+        return aten.add.Tensor(out, 1.0)
+
+    check(fn, x, w)
+    assert copies == []

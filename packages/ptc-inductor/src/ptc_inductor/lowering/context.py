@@ -659,6 +659,16 @@ class LoweringContext:
         assert real.view is not None
         return real.view
 
+    def as_eager_arg(self, value: TensorValue) -> BufferArg:
+        """A BufferArg for an extern call whose results take their layout from its inputs'
+        (attention's output follows the query's strides): a value not yet stored is stored in
+        eager's layout, so that the results come back in the layouts the graph recorded."""
+        key = self._key_of.get(id(value)) if value.view is None else None
+        stride = self._lazy[key].stride if key is not None else None
+        real = self.realize(value, stride)
+        assert real.view is not None
+        return real.view
+
     def as_aligned_arg(self, value: TensorValue, align: int) -> BufferArg:
         """A BufferArg whose last stride is 1 and every other stride and the offset are multiples
         of ``align`` elements (memory-efficient attention's bias); a value laid out otherwise is

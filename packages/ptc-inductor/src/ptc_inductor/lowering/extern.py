@@ -41,16 +41,36 @@ _ALIGNED_BIAS = {
 }
 _BIAS_ALIGNMENT = 16
 
+# Attention kernels lay their outputs out like their inputs (the output follows the query's
+# strides, each gradient its input's): inputs stored in another layout than eager's made Llama's
+# output come back in another layout than the graph recorded, and cost a copy a layer.
+_LAYOUT_FROM_INPUTS = frozenset(
+    op
+    for name in (
+        "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    )
+    if (op := getattr(getattr(aten, name, None), "default", None)) is not None
+)
+
 
 def extern_lowering(op: Any) -> Callable[..., Any]:
     """A lowering that calls ``op`` through torch.ops on realized inputs."""
     mark_extern(op)
     aligned = _ALIGNED_BIAS.get(op)
+    eager_layouts = op in _LAYOUT_FROM_INPUTS
+
+    def arg(ctx: LoweringContext, i: int, a: Any) -> Any:
+        if not isinstance(a, TensorValue):
+            return extern_args(ctx, a)
+        if i == aligned:
+            return ctx.as_aligned_arg(a, _BIAS_ALIGNMENT)
+        return ctx.as_eager_arg(a) if eager_layouts else ctx.as_arg(a)
 
     def lower(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
-        lowered = tuple(
-            ctx.as_aligned_arg(a, _BIAS_ALIGNMENT) if i == aligned and isinstance(a, TensorValue) else extern_args(ctx, a) for i, a in enumerate(args)
-        )
+        lowered = tuple(arg(ctx, i, a) for i, a in enumerate(args))
         return ctx.add_extern(op, lowered, {k: extern_args(ctx, v) for k, v in kwargs.items()}, ctx.meta)
 
     return lower
