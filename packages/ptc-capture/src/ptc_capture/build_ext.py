@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-__all__ = ["SOURCE", "build_extension", "extension_filename", "main"]
+__all__ = ["SOURCE", "build_extension", "compiler", "extension_filename", "main"]
 
 SOURCE = Path(__file__).with_name("_framehook.c")
 
@@ -26,20 +26,22 @@ def extension_filename() -> str:
     return "_framehook" + suffix
 
 
-def _compiler() -> list[str]:
+def compiler(language: str = "c") -> list[str]:
+    """The command of a C (``"c"``) or C++ (``"c++"``) compiler found on this machine."""
     # sysconfig's CC names the compiler CPython was built with, which may not exist here
     # (e.g. x86_64-linux-gnu-gcc on Debian without the cross alias); fall back to cc/gcc.
+    variable, fallbacks = ("CC", ["cc", "gcc", "clang"]) if language == "c" else ("CXX", ["c++", "g++", "clang++"])
     candidates = []
-    if os.environ.get("CC"):
-        candidates.append(shlex.split(os.environ["CC"]))
-    cc = sysconfig.get_config_var("CC")
-    if cc:
-        candidates.append(shlex.split(cc))
-    candidates += [["cc"], ["gcc"], ["clang"]]
+    if os.environ.get(variable):
+        candidates.append(shlex.split(os.environ[variable]))
+    configured = sysconfig.get_config_var(variable)
+    if configured:
+        candidates.append(shlex.split(configured))
+    candidates += [[name] for name in fallbacks]
     for cand in candidates:
         if cand and shutil.which(cand[0]):
             return cand
-    raise RuntimeError("no C compiler found (tried $CC, sysconfig CC, cc, gcc, clang)")
+    raise RuntimeError(f"no {language} compiler found (tried ${variable}, sysconfig {variable}, {', '.join(fallbacks)})")
 
 
 def build_extension(out_dir: Path | None = None, *, verbose: bool = False) -> Path:
@@ -51,7 +53,7 @@ def build_extension(out_dir: Path | None = None, *, verbose: bool = False) -> Pa
     if not Path(include, "Python.h").exists():
         raise RuntimeError(f"Python.h not found in {include} (install the Python development headers)")
     cmd = [
-        *_compiler(),
+        *compiler(),
         "-shared",
         "-fPIC",
         "-O2",
@@ -77,6 +79,14 @@ def main() -> int:
     """Build in place and print the path of the built extension."""
     path = build_extension(verbose=True)
     sys.stdout.write(f"{path}\n")
+    try:
+        # The tensor-guard module needs torch's headers, and the package importable.
+        from ptc_capture import tensormeta
+    except ImportError:
+        return 0
+
+    built = tensormeta.module()
+    sys.stdout.write(f"{tensormeta.built_path() if built is not None else tensormeta.unavailable_reason()}\n")
     return 0
 
 

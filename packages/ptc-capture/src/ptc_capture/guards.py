@@ -18,6 +18,7 @@ from typing import Any
 import sympy
 import torch
 
+from ptc_capture import tensormeta
 from ptc_capture.logs import channel
 from ptc_capture.symbolic_sizes import size_source, symbol_name
 from ptc_spec import SymbolEnv, term_source, to_term
@@ -209,6 +210,11 @@ def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str
         device_check = f"v.device != {k(device)}"
     head = f"if type(v) is not {k(ty)} or v.dtype is not {k(dtype)} or v.requires_grad is not {rg}: return False"
     if all(type(s) is int for s in (*shape, *stride)):
+        packed = tensormeta.spec(dtype, device, rg, tuple(shape), tuple(stride))
+        ext = tensormeta.module()
+        if packed is not None and ext is not None:
+            # The same comparison on the TensorImpl: about a tenth of the Python checks' time.
+            return [f"if not {k(ext.check)}(v, {k(ty)}, {k(packed)}): return False"]
         return [head, f"if {device_check} or v.size() != {k(tuple(shape))} or v.stride() != {k(tuple(stride))}: return False"]
     # Dynamic dims: each symbol is read from the dim it stands for (the first time it is met);
     # static dims are compared one by one; strides are the layout's expressions over the symbols.
