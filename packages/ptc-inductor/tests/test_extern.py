@@ -403,3 +403,28 @@ def test_attention_inputs_are_stored_in_eager_layout_so_its_output_needs_no_copy
 
     check(fn, x, w)
     assert copies == []
+
+
+def test_each_input_is_layout_checked_just_before_its_first_use() -> None:
+    """The first matmul starts before the later layers' weights are looked at; a weight passed in
+    another layout is still copied before the matmul that reads it, and an unread input is never checked."""
+    g = torch.Generator().manual_seed(3)
+    x, w1, w2, unused = (torch.randn(6, 6, generator=g) for _ in range(4))
+
+    def fn(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, unused: torch.Tensor) -> torch.Tensor:
+        h = aten.exp.default(aten.mm.default(x, w1))
+        return aten.mm.default(h, w2)
+
+    gm = trace_core(fn, x, w1, w2, unused)
+    compiled = ptc_inductor.compile(gm, config=config_from_env())
+    body = compiled.wrapper_source.splitlines()
+    first_mm = next(i for i, ln in enumerate(body) if "# mm_default" in ln and "mm_default_1" not in ln)
+    checks = {ln.split("if not ", 1)[1].split(".is_contiguous", 1)[0]: i for i, ln in enumerate(body) if ".is_contiguous()" in ln}
+    unpack = next(ln for ln in body if ln.strip().endswith("= args"))
+    placeholders = [p.strip() for p in unpack.split("=")[0].split(",") if p.strip()]  # the wrapper's names of x, w1, w2, unused
+    assert placeholders[3] not in checks
+    assert f"del {placeholders[3]}" in [ln.strip() for ln in body]  # released before anything runs
+    assert checks[placeholders[0]] < first_mm and checks[placeholders[1]] < first_mm
+    assert checks[placeholders[2]] > first_mm
+    w2_t = w2.t().contiguous().t()  # the same values, column-major
+    torch.testing.assert_close(compiled(x, w1, w2_t, unused), fn(x, w1, w2, unused))
