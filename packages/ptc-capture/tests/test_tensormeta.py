@@ -136,3 +136,21 @@ def test_turned_off_by_the_environment(monkeypatch):
     found, _, reason = tensormeta._find_or_build()
     assert found is None
     assert "PTC_CAPTURE_TENSORMETA=0" in reason
+
+
+class _Reshaped(torch.Tensor):
+    """A subclass that answers size() in Python: only the Python guard sees what it says."""
+
+    def size(self, dim=None):  # type: ignore[override]
+        real = super().size()
+        return real if dim is None else real[dim]
+
+
+def test_a_tensor_subclass_keeps_the_python_guard():
+    t = torch.zeros(2, 3).as_subclass(_Reshaped)
+    check = compile_guards([_guard(t)])
+    ext = tensormeta.module()
+    assert ext is not None
+    assert ext.check not in check.__globals__.values()
+    assert check({"x": torch.ones(2, 3).as_subclass(_Reshaped)}, {}, {}, ()) is True
+    assert check({"x": torch.ones(2, 3)}, {}, {}, ()) is False

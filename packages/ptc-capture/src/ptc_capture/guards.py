@@ -197,6 +197,9 @@ def _emitter(kind: str) -> Callable[[_Emit], _Emit]:
     return register
 
 
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 @_emitter("tensor")
 def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
     ty, dtype, device, shape, stride, rg = g.expected
@@ -210,8 +213,10 @@ def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str
         device_check = f"v.device != {k(device)}"
     head = f"if type(v) is not {k(ty)} or v.dtype is not {k(dtype)} or v.requires_grad is not {rg}: return False"
     if all(type(s) is int for s in (*shape, *stride)):
-        packed = tensormeta.spec(dtype, device, rg, tuple(shape), tuple(stride))
-        ext = tensormeta.module()
+        # Only for torch's own tensor types: a subclass may answer size(), stride() or dtype in
+        # Python with something other than what its TensorImpl holds.
+        packed = tensormeta.spec(dtype, device, rg, tuple(shape), tuple(stride)) if ty in _PLAIN_TENSOR_TYPES else None
+        ext = tensormeta.module() if packed is not None else None
         if packed is not None and ext is not None:
             # The same comparison on the TensorImpl: about a tenth of the Python checks' time.
             return [f"if not {k(ext.check)}(v, {k(ty)}, {k(packed)}): return False"]
