@@ -64,6 +64,8 @@ def _build(target: Path) -> None:
            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            f"-I{sysconfig.get_paths()['include']}", f"-I{torch_dir / 'include'}", str(SOURCE), "-o", tmp,
            f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"]
+    if sys.platform == "darwin":
+        cmd += ["-undefined", "dynamic_lookup"]  # Python's symbols come from the interpreter at load
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
