@@ -482,3 +482,32 @@ def test_module_to_that_converts_nothing_is_the_module_itself_in_one_graph():
     actual = compiled(x)
     assert router.classifier.weight.dtype == torch.float32 and router.bias.dtype == torch.float64
     torch.testing.assert_close(actual, router(x))
+
+
+class _Deep(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.LayerNorm(6)) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+def test_parameters_sharing_a_module_chain_read_it_once(caplog):
+    """The runner reads ``self.blocks`` once for all twelve parameters under it, and each
+    block's submodules once for its four; a parameter replaced between calls is the one used."""
+    model = _Deep()
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(model)
+    x = torch.randn(2, 6)
+    with caplog.at_level("DEBUG", logger="ptc.capture.graph_code"):
+        torch.testing.assert_close(compiled(x), model(x))
+    runner = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("runner of"))
+    assert runner.count("['blocks']") == 1
+    assert runner.count("._modules") == 5  # the model's, the ModuleList's, and each block's
+    assert runner.count("['0']") == 4  # the ModuleList's block 0, and in each block its Linear
+    with torch.no_grad():
+        model.blocks[1][0].weight = torch.nn.Parameter(torch.randn(6, 6))
+    torch.testing.assert_close(compiled(x), model(x))

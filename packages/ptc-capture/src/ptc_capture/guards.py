@@ -23,7 +23,7 @@ from ptc_capture.logs import channel
 from ptc_capture.symbolic_sizes import size_source, symbol_name
 from ptc_spec import SymbolEnv, term_source, to_term
 
-__all__ = ["Guard", "GuardSet", "ShapeGuards", "Source", "compile_guards", "describe_condition", "key_types", "source_expr"]
+__all__ = ["Guard", "GuardSet", "ShapeGuards", "Source", "compile_guards", "describe_condition", "hoisted_reads", "key_types", "source_expr"]
 
 _log = channel("guards")
 
@@ -469,13 +469,21 @@ def _implied(guards: list[Guard]) -> set[int]:
     return implied
 
 
-def _shared_sources(guards: list[Guard]) -> set[Source]:
-    """Sources, other than the frame's own variables, that two or more guards read through."""
+def _shared_sources(sources: Iterable[Source]) -> set[Source]:
+    """Sources, other than the frame's own variables, that two or more of ``sources`` read through."""
     uses: collections.Counter[Source] = collections.Counter()
-    for g in guards:
-        if g.source is not None:
-            uses.update(set(_chain(g.source)))
+    for source in sources:
+        uses.update(set(_chain(source)))
     return {s for s, n in uses.items() if n > 1 and s.kind not in ("local", "global", "builtin")}
+
+
+def hoisted_reads(sources: Iterable[Source], names: dict[Any, str], indent: str = "    ") -> list[str]:
+    """Lines binding every source two or more of ``sources`` read through to a temporary (added to
+    ``names``), so that ``source_expr(s, names)`` reads each of them from the nearest temporary:
+    a model's parameters share their module chains, which each read walked again."""
+    sources = list(sources)
+    shared = _shared_sources(sources)
+    return [indent + line.lstrip() for s in sources for line in _hoist(s, names, shared)]
 
 
 def _through_pinned(guards: list[Guard]) -> list[Guard]:
@@ -551,7 +559,7 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
     distinct = any(g.kind == "distinct_tensors" for g in guards)
     guards = [g for g in guards if g.kind != "distinct_tensors"] + [g for g in guards if g.kind == "distinct_tensors"][:1]
     implied = _implied(guards)
-    shared = _shared_sources([g for i, g in enumerate(guards) if i not in implied])
+    shared = _shared_sources([g.source for i, g in enumerate(guards) if i not in implied and g.source is not None])
     for i, guard in enumerate(guards):
         if i in implied:
             continue

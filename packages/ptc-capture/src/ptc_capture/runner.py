@@ -25,7 +25,7 @@ import torch
 from ptc_capture import framehook
 from ptc_capture.autocast_state import AutocastExit, AutocastSwitch, apply_transition, nesting, restore
 from ptc_capture.deferred import DeferredCall, vars_in
-from ptc_capture.guards import source_expr
+from ptc_capture.guards import Source, hoisted_reads, source_expr
 from ptc_capture.interpreter.classes import made_in_trace
 from ptc_capture.interpreter.objects import is_slot
 from ptc_capture.interpreter.state import Unsupported
@@ -447,11 +447,15 @@ def build_runner(
     # (a function in those globals) alive through the code's extra slot, which GC cannot see.
     src.lines.append("")  # the header, written once we know whether the body reads G
     if compiled is not None:
-        args = "".join(source_expr(s, params) + ", " for s in inputs)
+        # Inputs sharing a chain (a module's parameters) read it once, with the hook off: a
+        # module's __getattr__ is Python code.
+        names: dict[Any, str] = dict(params)
+        reads = hoisted_reads([s for s in inputs if isinstance(s, Source)], names, indent="        ")
+        args = "".join(source_expr(s, names) + ", " for s in inputs)
         src.lines += ["    _prev = _set_callback(None)"]
         if autocast is not None:
             src.lines += [f"    _depth = {src.k(nesting)}()"]
-        src.lines += ["    try:", f"        _o = _compiled({args})"]
+        src.lines += ["    try:", *reads, f"        _o = _compiled({args})"]
         if autocast is not None:
             # A graph that raises inside a region leaves autocast as eager's with-block would:
             # restored by the region's __exit__.
