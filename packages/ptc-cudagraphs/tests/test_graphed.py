@@ -279,6 +279,33 @@ def test_reset_frees_the_pool() -> None:
 
 
 @gpu
+def test_matmul_workspaces_are_not_held_outside_the_pool_and_replays_stay_right() -> None:
+    torch.manual_seed(0)
+    x, w = cuda_randn(64, 512), cuda_randn(512, 512)
+    eager = torch.nn.functional.linear(x, w, w[0]) @ w  # the caller's own matmuls, before any graph
+    fast = pcg.cudagraphify(lambda x: torch.nn.functional.linear(x, w, w[0]) @ w, [x])
+    for _ in range(3):
+        out = fast(x)
+    torch.testing.assert_close(out, eager)
+    del out
+    held = pcg.stats().pinned_output_bytes + pcg.stats().input_buffer_bytes
+    tensors = sum(t.untyped_storage().nbytes() for t in (x, w, eager))
+    # cuBLAS's and cuBLASLt's workspaces are megabytes each (32 MiB on Hopper), per stream.
+    assert _allocated_after_collect() - held - tensors < 2**20
+    # The graph's workspace is free pool memory now: eager matmuls, other allocations and a
+    # second recording in the same pool must not change what a replay computes.
+    junk = [torch.full((1024, 1024), 7.0, device="cuda") @ w.new_ones(1024, 1024) for _ in range(4)]
+    other = pcg.cudagraphify(lambda x: (x @ w.T).relu() @ w, [x])
+    for _ in range(3):
+        other_out = other(x)
+    torch.testing.assert_close(other_out, (x @ w.T).relu() @ w)
+    torch.testing.assert_close(fast(x), eager)
+    torch.testing.assert_close(fast(x * 2), (torch.nn.functional.linear(x * 2, w, w[0]) @ w))
+    assert pcg.stats().recordings == 2
+    del junk
+
+
+@gpu
 def test_dead_callable_frees_its_recordings() -> None:
     x = cuda_randn(256, 256)
     _cycle(pcg.cudagraphify(lambda x: x @ x, [x]), x)

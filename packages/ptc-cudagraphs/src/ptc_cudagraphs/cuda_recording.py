@@ -123,11 +123,9 @@ class CudaRecorder:
         self._pool: Any = None
         self._recordings: weakref.WeakSet[CudaRecording] = weakref.WeakSet()
         # One side stream for warm-up and every capture: autograd runs a backward op on its
-        # forward op's stream, so forward and backward captures must share it, and libraries
-        # keep per-stream workspaces (cuBLAS: 32 MiB on Hopper) that a second stream would double.
+        # forward op's stream, so forward and backward captures must share it.
         self._capture = torch.cuda.Stream(device)
         self._side = self._capture
-        _prime(self._capture, device)
 
     def warmup(self, fn: FlatFn, args: Sequence[object]) -> tuple[list[object], str | None]:
         """Run fn eagerly on a side stream (lazy initialisation stays off the graph); return
@@ -179,6 +177,7 @@ class CudaRecorder:
         graph = torch.cuda.CUDAGraph()
         # Pending work (the warm-up) must not become part of the capture.
         torch.cuda.synchronize(self.device)
+        _release_blas_workspaces()
         reserved = torch.cuda.memory_reserved(self.device)
         try:
             outputs = self._capture_into(graph, fn, graph_args, grad)
@@ -186,6 +185,8 @@ class CudaRecorder:
             _settle(self.device)
             _end_generator_capture(self._capture, self.device)
             raise CaptureError(f"capture failed: {exc}") from exc
+        finally:
+            _release_blas_workspaces()
         grown = torch.cuda.memory_reserved(self.device) - reserved
         recording = CudaRecording(graph, buffers, graph_args, outputs, max(grown, 0))
         self._recordings.add(recording)
@@ -227,14 +228,17 @@ class CudaRecorder:
             torch.cuda.empty_cache()
 
 
-def _prime(stream: torch.cuda.Stream, device: torch.device) -> None:
-    # cuBLAS keeps one workspace per stream for the life of the process. Allocated during a
-    # capture it would come from (and pin) the private pool, so allocate it outside one.
-    with torch.cuda.stream(stream):
-        a = torch.ones(16, 16, device=device)
-        torch.nn.functional.linear(a, a, a[0]).sum()
-        (a @ a).sum()
-    torch.cuda.current_stream(device).wait_stream(stream)
+def _release_blas_workspaces() -> None:
+    # cuBLAS and cuBLASLt keep a workspace per (handle, stream) (32 MiB each on Hopper) until
+    # told to drop them. Dropped before a capture, the graph's matmuls get theirs from the
+    # private pool; dropped again after it, that block returns to the pool as free, scratch
+    # that only replays of this graph write, exactly like the graph's own intermediates (later
+    # recordings may reuse it, and replaying this graph already invalidates theirs). Without
+    # this, each stream that ever ran a matmul (the caller's eager ones included) keeps 64 MiB
+    # allocated for the life of the process; the next eager matmul allocates a new one.
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
 
 
 def _end_generator_capture(stream: torch.cuda.Stream, device: torch.device) -> None:
