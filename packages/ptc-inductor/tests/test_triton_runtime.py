@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,14 @@ from ptc_inductor.config import Config
 from ptc_inductor.cuda_launch import launcher_module
 from ptc_inductor.triton_interpret import interpreting
 from ptc_inductor.triton_runtime import (
+    _DEFERRED,
     LoadedKernel,
     _read_autotune,
-    _timing_args,
+    _shared_layouts,
     _write_autotune,
+    scratch_args,
     triton_options,
+    tune_after_calls,
     write_module,
 )
 
@@ -70,13 +74,92 @@ def test_autotune_results_and_kernel_modules_are_cached_on_disk(tmp_path: Path) 
     assert write_module(k, str(tmp_path)) == first and os.path.getmtime(first) == mtime
 
 
-def test_autotuning_times_a_kernel_written_in_place_on_a_copy_of_the_shared_tensor() -> None:
+def test_a_kernel_written_in_place_is_timed_later_on_scratch_tensors_of_its_layouts() -> None:
     # An output written over its input reaches the kernel as the same tensor twice: timed
-    # launches on it would clobber the input the real launch after them reads.
-    shared, other = torch.arange(4.0), torch.ones(3)
-    trial = _timing_args([shared, other, shared, 7], 3)
-    assert trial[0] is trial[2] and trial[0] is not shared and torch.equal(trial[0], shared)
-    assert trial[1] is other and trial[3] == 7
+    # launches on it would clobber the input the real launch reads, and a copy would add the
+    # whole buffer to the call's peak; the timing runs after the call on scratch instead.
+    shared, other = torch.arange(4.0), torch.ones(3, 2).t()
+    assert _shared_layouts([shared, other, 7], 2) is None
+    layouts = _shared_layouts([shared, other, shared, 7], 3)
+    assert layouts is not None
+    trial = scratch_args(layouts, 3)
+    assert trial[0] is trial[2] and trial[0] is not shared and trial[1] is not other
+    for made, real in ((trial[0], shared), (trial[1], other)):
+        assert (made.shape, made.stride(), made.dtype, made.device) == (real.shape, real.stride(), real.dtype, real.device)
+    assert trial[3] == 7
+
+
+class _Deferred:
+    def __init__(self, runs: bool) -> None:
+        self.config, self._tensors, self.runs, self.timed = "first", 1, runs, []
+        self.kernel = types.SimpleNamespace(name="k0")
+
+    def candidates(self) -> list[str]:
+        return ["first", "second"]
+
+    def _tune(self, trial: list[object], key: str, configs: list[str]) -> bool:
+        self.timed.append((trial, key, configs))
+        self.config = "second"
+        return self.runs
+
+    def _set_config(self, cfg: str) -> None:
+        self.config = cfg
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_a_wrapper_tunes_the_deferred_kernels_after_it_returns(runs: bool) -> None:
+    order: list[str] = []
+    namespace = {"call_boxed": lambda args: order.append("call") or len(args)}
+    tune_after_calls(namespace)
+    pending = _Deferred(runs)
+    _DEFERRED.append((pending, "k", [((2, 3), (3, 1), torch.float16, torch.device("cpu")), 5]))  # type: ignore[arg-type]
+    assert namespace["call_boxed"]([1, 2]) == 2
+    assert order == ["call"] and not _DEFERRED
+    ((trial, key, configs),) = pending.timed
+    assert key == "k" and configs == ["first", "second"] and trial[1] == 5
+    assert trial[0].shape == (2, 3) and trial[0].dtype == torch.float16
+    # A kernel none of whose configs runs on the scratch keeps the one its real launch ran.
+    assert pending.config == ("second" if runs else "first")
+    namespace["call_boxed"]([])
+    assert len(pending.timed) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or interpreting(), reason="needs CUDA and TRITON_INTERPRET=0")
+def test_an_in_place_kernel_adds_nothing_to_the_first_calls_peak_and_is_still_tuned(tmp_path: Path) -> None:
+    import ptc_inductor
+    from ptc_inductor.config import config_from_env
+
+    torch.manual_seed(0)
+    # Rows of 4096 over 1024 rows: a persistent softmax with several configs to tune, written
+    # in place over the matmul's result.
+    x, w = torch.randn(1024, 32, device="cuda"), torch.randn(32, 4096, device="cuda") / 8
+    w2 = torch.randn(4096, 8, device="cuda") / 64
+
+    def fn(x: torch.Tensor, w: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        s = aten.mm.default(x, w)
+        e = aten.exp.default(aten.sub.Tensor(s, aten.amax.default(s, [-1], True)))
+        return aten.mm.default(aten.div.Tensor(e, aten.sum.dim_IntList(e, [-1], True)), w2)
+
+    expected = fn(x, w, w2)  # also makes cuBLAS allocate its workspace before the peaks below
+    compiled = ptc_inductor.compile(trace_core(fn, x, w, w2), config=config_from_env(cache_dir=str(tmp_path)))
+    assert compiled.memory_plan is not None
+    launchers = [c.fn for c in compiled.kernel_calls.values()
+                 if any(written in c.params and taken in c.params for written, taken in compiled.memory_plan.in_place)]
+    assert launchers and all(len(launcher.candidates()) > 1 for launcher in launchers)
+    peaks = []
+    for _ in range(2):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        out = compiled(x, w, w2)
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated())
+        del out
+    assert peaks[0] <= peaks[1], peaks
+    assert not _DEFERRED
+    tuned = [LaunchConfig(**v) for v in _read_autotune(str(tmp_path)).values()]
+    assert all(launcher.config in tuned for launcher in launchers), (tuned, [launcher.config for launcher in launchers])
+    torch.testing.assert_close(compiled(x, w, w2), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_environment_selects_autotune_mode_and_backend() -> None:

@@ -82,6 +82,10 @@ def load_artifact(path: str, config: Config) -> CompiledGraph:
     calls = _load_kernels(manifest, path, config)
     namespace.update({name: call.fn for name, call in calls.items()})
     exec(compile_source(manifest["wrapper"]), namespace)
+    if any(not call.pointers for call in calls.values()):
+        from .triton_runtime import tune_after_calls
+
+        tune_after_calls(namespace)
     symbols = tuple(SymbolSource(name, i, kind, dim) for name, i, kind, dim in manifest["symbols"])
     return CompiledGraph(
         namespace["call"], manifest["cpp_source"], manifest["wrapper"], None, None, None, tuple(manifest["fallbacks"]), symbols,

@@ -129,6 +129,10 @@ def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> Co
     wrapper = generate_wrapper(lowered, sched, plan, built.calls, cfg)
     namespace = dict(wrapper.namespace)
     exec(compile_source(wrapper.source), namespace)
+    if triton_kernels:
+        from .triton_runtime import tune_after_calls
+
+        tune_after_calls(namespace)
     _stage("wrapper", start)
     if cfg.output_code:
         debug.log_output_code(source, wrapper.source)

@@ -366,8 +366,23 @@ class TritonLauncher:
         if cached is not None:
             self._set_config(LaunchConfig(**cached))
             return
+        layouts = _shared_layouts(args, self._tensors)
+        if layouts is not None:
+            # An output written over its input (memory.in_place_safe) reaches the kernel as one
+            # tensor twice: timed launches would overwrite the input the real launch reads, and
+            # a copy to time on would add that buffer to the call's peak (196 MiB for ResNet-50's
+            # first activation in float32). Run the first candidate now; tune_deferred times the
+            # candidates once the wrapper has returned, on scratch tensors of the same layouts.
+            self._set_config(configs[0])
+            _DEFERRED.append((self, key, layouts))
+            return
+        if not self._tune(args, key, configs):
+            raise CodegenError(f"no launch config of Triton kernel {self.kernel.name} ran")
+
+    def _tune(self, trial: Sequence[Any], key: str, configs: list[LaunchConfig]) -> bool:
+        """Time each config over ``trial`` and keep (and cache) the fastest; False if none ran."""
+        device = trial[0].device
         timings: list[tuple[float, LaunchConfig]] = []
-        trial = _timing_args(args, self._tensors)
         for cfg in configs:
             self._set_config(cfg)
             try:
@@ -377,30 +392,81 @@ class TritonLauncher:
                 continue
             timings.append((float(ms), cfg))
         if not timings:
-            raise CodegenError(f"no launch config of Triton kernel {self.kernel.name} ran")
+            return False
         best = min(timings, key=lambda t: t[0])[1]
         log.debug("autotuned %s: %s", self.kernel.name, ", ".join(f"{c.key()}={ms:.4f}ms" for ms, c in timings))
         self._set_config(best)
         _write_autotune(self.options.cache_dir, key, best)
+        return True
 
 
-def _timing_args(args: Sequence[Any], tensors: int) -> list[Any]:
-    """``args`` for timing launches: a tensor passed twice (an output written in place over an
-    input, see memory.in_place_safe) is copied once, so repeated launches never read their own
-    results and the real launch after them still sees the input."""
-    seen: set[int] = set()
-    twice: set[int] = set()
-    for a in args[:tensors]:
-        (twice if id(a) in seen else seen).add(id(a))
-    copies: dict[int, Any] = {}
-    out = []
-    for a in args:
-        if id(a) in twice:
-            if id(a) not in copies:
-                copies[id(a)] = a.clone()
-            a = copies[id(a)]
-        out.append(a)
+_Layout = tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device]
+
+_DEFERRED: list[tuple[TritonLauncher, str, list[Any]]] = []
+"""Kernels whose first launch ran untuned (see TritonLauncher._choose), each with its autotune
+key and its arguments as tune_deferred rebuilds them."""
+
+
+def _shared_layouts(args: Sequence[Any], tensors: int) -> list[Any] | None:
+    """None unless one tensor is passed twice among the first ``tensors`` args; then ``args``
+    with each tensor replaced by its layout, one tuple object per distinct tensor."""
+    seen: dict[int, _Layout] = {}
+    shared = False
+    out: list[Any] = []
+    for i, a in enumerate(args):
+        if i >= tensors:
+            out.append(a)
+            continue
+        layout = seen.get(id(a))
+        if layout is None:
+            layout = seen[id(a)] = (tuple(a.shape), tuple(a.stride()), a.dtype, a.device)
+        else:
+            shared = True
+        out.append(layout)
+    return out if shared else None
+
+
+def scratch_args(layouts: Sequence[Any], tensors: int) -> list[Any]:
+    """Uninitialized tensors for the layouts _shared_layouts recorded (one per distinct tensor,
+    passed wherever it was), followed by the size arguments as they were."""
+    made: dict[int, torch.Tensor] = {}
+    out: list[Any] = []
+    for i, item in enumerate(layouts):
+        if i < tensors:
+            t = made.get(id(item))
+            if t is None:
+                size, stride, dtype, device = item
+                t = made[id(item)] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+            item = t
+        out.append(item)
     return out
+
+
+def tune_deferred() -> None:
+    """Autotune the kernels whose first launch deferred it, each over scratch tensors; called as
+    a wrapper returns, when its buffers are gone. A kernel none of whose configs runs on the
+    scratch keeps the config its real launches already ran with."""
+    while _DEFERRED:
+        launcher, key, layouts = _DEFERRED.pop()
+        kept = launcher.config
+        assert kept is not None
+        if not launcher._tune(scratch_args(layouts, launcher._tensors), key, launcher.candidates()):
+            log.debug("no config of %s ran on scratch arguments; it keeps %s", launcher.kernel.name, kept)
+            launcher._set_config(kept)
+
+
+def tune_after_calls(namespace: dict[str, Any]) -> None:
+    """Make a wrapper namespace's ``call_boxed`` (which ``call`` goes through) run tune_deferred
+    after each call that left kernels to tune."""
+    inner = namespace["call_boxed"]
+
+    def call_boxed(args: list[Any]) -> Any:
+        result = inner(args)
+        if _DEFERRED:
+            tune_deferred()
+        return result
+
+    namespace["call_boxed"] = call_boxed
 
 
 AUTOTUNE_BUDGET_MS = 1.0
