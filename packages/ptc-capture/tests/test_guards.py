@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -186,6 +187,47 @@ def test_what_two_sources_of_one_pinned_object_lead_to_is_checked_once(caplog):
         assert not check({"a": Shared(), "b": Shared()}, {}, {}, ())
     finally:
         Shared.scale = 2
+
+
+def test_instances_pinned_by_identity_read_their_class_level_values_through_one_of_them(caplog):
+    # Twelve layers, each pinned by identity, reach their class's values each through its own
+    # chain. A type guard per instance fixes the class, so one chain serves all of them.
+    class Layer:
+        scale = 2
+
+    class Faked(Layer):
+        __class__ = Layer  # type: ignore[assignment]
+
+    layers = [Layer(), Layer(), Layer()]
+    sources = [Source("local", "m").item(i) for i in range(3)]
+    guards = [g for s, obj in zip(sources, layers, strict=True)
+              for g in (Guard("id", s, obj), Guard("const", s.attr("__class__").attr("scale"), 2))]
+    with caplog.at_level("DEBUG", logger="ptc.capture.guards"):
+        check = compile_guards(guards)
+    text = caplog.records[-1].getMessage()
+    assert text.count(".scale") == 1 and len(re.findall(r"if type\(v\) is not _k\d+: return False", text)) == 3, text
+    assert check({"m": layers}, {}, {}, ())
+    # An instance whose class is swapped keeps its identity: its type guard fails.
+    class Other(Layer):
+        scale = 3
+
+    layers[2].__class__ = Other
+    try:
+        assert not check({"m": layers}, {}, {}, ())
+    finally:
+        layers[2].__class__ = Layer
+    Layer.scale = 5
+    try:
+        assert not check({"m": layers}, {}, {}, ())
+    finally:
+        Layer.scale = 2
+    # A class that answers __class__ itself is never read through another instance.
+    faked = [Faked(), Faked()]
+    guards = [g for s, obj in zip(sources, faked, strict=False)
+              for g in (Guard("id", s, obj), Guard("const", s.attr("__class__").attr("scale"), 2))]
+    with caplog.at_level("DEBUG", logger="ptc.capture.guards"):
+        compile_guards(guards)
+    assert caplog.records[-1].getMessage().count(".scale") == 2
 
 
 def test_an_object_that_leads_to_itself_compiles_its_guards():

@@ -511,3 +511,30 @@ def test_parameters_sharing_a_module_chain_read_it_once(caplog):
     with torch.no_grad():
         model.blocks[1][0].weight = torch.nn.Parameter(torch.randn(6, 6))
     torch.testing.assert_close(compiled(x), model(x))
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x):
+        return F.relu(x) * 2
+
+
+class _Halved(_Scaled):
+    def forward(self, x):
+        return F.relu(x) / 2
+
+
+def test_a_swapped_class_of_one_of_several_instances_recompiles(caplog):
+    """Each instance's class-level reads (its forward's code and globals) are checked through one
+    instance of the class, which needs every instance's class fixed: swapping the class of the
+    last one must still miss the guards."""
+    model = torch.nn.Sequential(_Scaled(), _Scaled(), _Scaled())
+    backend = CountingBackend()
+    compiled = ptc_capture.optimize(backend)(model)
+    x = torch.randn(4, 3)
+    with caplog.at_level("DEBUG", logger="ptc.capture.guards"):
+        torch.testing.assert_close(compiled(x), model(x))
+    text = caplog.records[-1].getMessage()
+    assert text.count("__globals__") == 1, text
+    model[2].__class__ = _Halved
+    torch.testing.assert_close(compiled(x), model(x))
+    assert backend.count == 2

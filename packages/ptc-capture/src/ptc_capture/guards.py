@@ -497,11 +497,20 @@ def _through_pinned(guards: list[Guard]) -> list[Guard]:
     the copies). Only the part of a source above the guarded value is rewritten: the identity
     guards themselves all stay.
     """
+    guards = _typed_class_reads(guards)
     first: dict[int, Source] = {}
     pinned: dict[Source, Source] = {}
     for g in guards:
-        if g.kind == "id" and g.source is not None:
+        if g.source is None:
+            continue
+        if g.kind == "id":
             pinned[g.source] = first.setdefault(id(g.expected), g.source)
+        elif g.kind == "type" and _class_reads_as_type(g.expected):
+            # A type guard pins the value's __class__ too: every BERT layer reaches its Linear
+            # modules' ``__class__.forward.__globals__['F']`` through its own chain.
+            for kind in ("attr", "raw_attr"):
+                read = Source(kind, "__class__", g.source)
+                pinned[read] = first.setdefault(id(g.expected), read)
     if len(first) == len(pinned):
         return guards
     done: dict[Source, Source] = {}
@@ -536,6 +545,44 @@ def _through_pinned(guards: list[Guard]) -> list[Guard]:
         if not duplicate:
             kept.append(g)
     return kept
+
+
+def _typed_class_reads(guards: list[Guard]) -> list[Guard]:
+    """``guards`` with a type guard added after each identity guard whose object's ``__class__``
+    other guards read through. An identity guard does not fix a class (``obj.__class__ = ...``);
+    the type guard does, and it lets _through_pinned read every instance's class-level values
+    (``Linear.forward.__globals__['F']``) through one instance instead of each."""
+    read_through: set[Source] = set()
+    for g in guards:
+        if g.source is not None:
+            for s in _chain(g.source)[:-1]:
+                if s.kind in ("attr", "raw_attr") and s.name == "__class__" and s.base is not None:
+                    read_through.add(s.base)
+    if not read_through:
+        return guards
+    typed = {g.source for g in guards if g.kind == "type"}
+    out: list[Guard] = []
+    for g in guards:
+        out.append(g)
+        source = g.source
+        if g.kind == "id" and source in read_through and source not in typed:
+            cls = type(g.expected)
+            if _class_reads_as_type(cls):
+                out.append(Guard("type", source, cls))
+                typed.add(source)
+    return out
+
+
+def _class_reads_as_type(cls: Any) -> bool:
+    """True when ``v.__class__`` is ``cls`` for every ``v`` with ``type(v) is cls``: neither the
+    class nor a base replaces ``__class__``, and no custom ``__getattribute__`` intercepts reads."""
+    if not isinstance(cls, type):
+        return False
+    try:
+        mro = type.__getattribute__(cls, "__mro__")
+    except AttributeError:
+        return False
+    return all(c is object or ("__class__" not in vars(c) and "__getattribute__" not in vars(c)) for c in mro)
 
 
 def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[str, Any], dict[str, Any], Any], bool]:
