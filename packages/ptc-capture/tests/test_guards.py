@@ -206,6 +206,8 @@ def test_instances_pinned_by_identity_read_their_class_level_values_through_one_
         check = compile_guards(guards)
     text = caplog.records[-1].getMessage()
     assert text.count(".scale") == 1 and len(re.findall(r"if type\(v\) is not _k\d+: return False", text)) == 3, text
+    # Each instance is read once for its identity and type guards, the class's value once.
+    assert len(re.findall(r"^ +v = ", text, re.M)) == 4, text
     assert check({"m": layers}, {}, {}, ())
     # An instance whose class is swapped keeps its identity: its type guard fails.
     class Other(Layer):

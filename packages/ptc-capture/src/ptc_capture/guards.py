@@ -607,12 +607,14 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
     guards = [g for g in guards if g.kind != "distinct_tensors"] + [g for g in guards if g.kind == "distinct_tensors"][:1]
     implied = _implied(guards)
     shared = _shared_sources([g.source for i, g in enumerate(guards) if i not in implied and g.source is not None])
+    read: Source | None = None  # the source ``v`` holds; no emitted line rebinds ``v``
     for i, guard in enumerate(guards):
         if i in implied:
             continue
-        if guard.source is not None:
+        if guard.source is not None and guard.source != read:
             lines += _hoist(guard.source, hoisted, shared)
             lines.append(f"    v = {source_expr(guard.source, hoisted)}")
+            read = guard.source
         for line in _EMITTERS[guard.kind](guard, k, bound):
             lines.append("    " + line)
         if guard.kind == "tensor" and distinct:
