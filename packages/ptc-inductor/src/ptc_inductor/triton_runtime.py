@@ -427,8 +427,8 @@ def _shared_layouts(args: Sequence[Any], tensors: int) -> list[Any] | None:
 
 
 def scratch_args(layouts: Sequence[Any], tensors: int) -> list[Any]:
-    """Uninitialized tensors for the layouts _shared_layouts recorded (one per distinct tensor,
-    passed wherever it was), followed by the size arguments as they were."""
+    """Zeroed tensors for the layouts _shared_layouts recorded (one per distinct tensor, passed
+    wherever it was), followed by the size arguments as they were."""
     made: dict[int, torch.Tensor] = {}
     out: list[Any] = []
     for i, item in enumerate(layouts):
@@ -436,7 +436,10 @@ def scratch_args(layouts: Sequence[Any], tensors: int) -> list[Any]:
             t = made.get(id(item))
             if t is None:
                 size, stride, dtype, device = item
-                t = made[id(item)] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+                # Zeros, not whatever the memory held: a kernel that gathers through a loaded
+                # index (an embedding row) reads in bounds at index 0, never at garbage.
+                extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) if all(size) else 0
+                t = made[id(item)] = torch.zeros(extent, dtype=dtype, device=device).as_strided(size, stride)
             item = t
         out.append(item)
     return out
