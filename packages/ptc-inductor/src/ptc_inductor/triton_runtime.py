@@ -449,8 +449,11 @@ def tune_deferred() -> None:
     """Autotune the kernels whose first launch deferred it, each over scratch tensors; called as
     a wrapper returns, when its buffers are gone. A kernel none of whose configs runs on the
     scratch keeps the config its real launches already ran with."""
-    while _DEFERRED:
-        launcher, key, layouts = _DEFERRED.pop()
+    while True:
+        try:
+            launcher, key, layouts = _DEFERRED.pop()
+        except IndexError:  # empty, or another thread's wrapper took the last one
+            return
         kept = launcher.config
         assert kept is not None
         if not launcher._tune(scratch_args(layouts, launcher._tensors), key, launcher.candidates()):
