@@ -33,6 +33,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ptc_spec.meta import storage_span
+
 from .codegen.triton import TritonKernel
 from .codegen.triton_heuristics import LaunchConfig, candidate_configs, default_config, next_pow2
 from .config import Config
@@ -438,8 +440,8 @@ def scratch_args(layouts: Sequence[Any], tensors: int) -> list[Any]:
                 size, stride, dtype, device = item
                 # Zeros, not whatever the memory held: a kernel that gathers through a loaded
                 # index (an embedding row) reads in bounds at index 0, never at garbage.
-                extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) if all(size) else 0
-                t = made[id(item)] = torch.zeros(extent, dtype=dtype, device=device).as_strided(size, stride)
+                span = storage_span(size, stride)
+                t = made[id(item)] = torch.zeros(span, dtype=dtype, device=device).as_strided(size, stride)
             item = t
         out.append(item)
     return out
