@@ -68,7 +68,7 @@ if [ "$what" = correctness ]; then
   # Everything side by side (compiles are CPU-bound; 16 cores), each job stopping by the budget
   # so that all of them report: the OpInfo sweeps beside torch.compile in float32 and bf16
   # (SWEEP_JOBS workers each), the real-model matrix (transformers and timm models in two
-  # processes, one JSON line a case), and the gpu-marked tests of inductor, aot and ptc.
+  # processes, one JSON line a case), and the gpu-marked tests of inductor, aot, cudagraphs and ptc.
   budget=${2:-480}
   pids=()
   for dtype in float32 bfloat16; do
@@ -84,7 +84,7 @@ if [ "$what" = correctness ]; then
       > "/tmp/real-models-$tag.log" 2>&1) &
     pids+=($!)
   done
-  (for pkg in ptc-capture ptc-inductor ptc-aot ptc; do
+  (for pkg in ptc-capture ptc-inductor ptc-aot ptc-cudagraphs ptc; do
     # The capture suite runs whole here (torch on Python 3.12 exists only on this machine).
     marker="gpu and not slow"
     [ "$pkg" = ptc-capture ] && marker="not slow"
@@ -94,7 +94,7 @@ if [ "$what" = correctness ]; then
   done) &
   pids+=($!)
   wait "${pids[@]}"
-  for pkg in ptc-capture ptc-inductor ptc-aot ptc; do echo "$pkg: $(tail -1 "/tmp/gpu-$pkg.log")"; done
+  for pkg in ptc-capture ptc-inductor ptc-aot ptc-cudagraphs ptc; do echo "$pkg: $(tail -1 "/tmp/gpu-$pkg.log")"; done
   for tag in transformers timm; do
     cat "/tmp/real-models-$tag.log" >> "$OUT/tests.log"
     echo "real models ($tag): $(tail -1 "/tmp/real-models-$tag.log")"

@@ -256,7 +256,11 @@ def _cycle(fast: pcg.CudaGraphed, x: torch.Tensor) -> None:
 def test_reset_frees_the_pool() -> None:
     model = mlp()
     x = cuda_randn(64, 32)
-    # One full cycle first: per-stream library workspaces stay allocated for the process.
+    with torch.no_grad():
+        # Eager first: an eager matmul after the baseline would allocate cuBLAS's workspace
+        # (32 MiB on Hopper) outside the pool, which captures release.
+        expected = model(x)
+    # One full cycle first, so that what stays allocated for the process is in the baseline.
     _cycle(pcg.cudagraphify(model, [x]), x)
     pcg.reset()
     base = _allocated_after_collect()
@@ -272,16 +276,17 @@ def test_reset_frees_the_pool() -> None:
     assert _allocated_after_collect() == base
     with torch.no_grad():  # still usable after reset: records again
         for _ in range(3):
-            torch.testing.assert_close(fast(x), model(x))
+            torch.testing.assert_close(fast(x), expected)
     assert pcg.stats().recordings == 1
     pcg.reset()
     assert torch.cuda.memory_reserved() <= base_reserved
 
 
 @gpu
-def test_matmul_workspaces_are_not_held_outside_the_pool_and_replays_stay_right() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_matmul_workspaces_are_not_held_outside_the_pool_and_replays_stay_right(dtype: torch.dtype) -> None:
     torch.manual_seed(0)
-    x, w = cuda_randn(64, 512), cuda_randn(512, 512)
+    x, w = cuda_randn(64, 512).to(dtype), (cuda_randn(512, 512) / 16).to(dtype)
     eager = torch.nn.functional.linear(x, w, w[0]) @ w  # the caller's own matmuls, before any graph
     fast = pcg.cudagraphify(lambda x: torch.nn.functional.linear(x, w, w[0]) @ w, [x])
     for _ in range(3):
@@ -294,15 +299,19 @@ def test_matmul_workspaces_are_not_held_outside_the_pool_and_replays_stay_right(
     assert _allocated_after_collect() - held - tensors < 2**20
     # The graph's workspace is free pool memory now: eager matmuls, other allocations and a
     # second recording in the same pool must not change what a replay computes.
-    junk = [torch.full((1024, 1024), 7.0, device="cuda") @ w.new_ones(1024, 1024) for _ in range(4)]
+    junk = [torch.full((1024, 1024), 7.0, device="cuda", dtype=dtype) @ w.new_ones(1024, 1024) for _ in range(4)]
     other = pcg.cudagraphify(lambda x: (x @ w.T).relu() @ w, [x])
     for _ in range(3):
         other_out = other(x)
     torch.testing.assert_close(other_out, (x @ w.T).relu() @ w)
     torch.testing.assert_close(fast(x), eager)
     torch.testing.assert_close(fast(x * 2), (torch.nn.functional.linear(x * 2, w, w[0]) @ w))
-    assert pcg.stats().recordings == 2
-    del junk
+    # While other's output lives, each call of fast is a new node on the path below other's.
+    assert pcg.stats().recordings == 4
+    del junk, other_out
+    # With it gone, fast replays its first recording again.
+    torch.testing.assert_close(fast(x), eager)
+    assert pcg.stats().recordings == 4
 
 
 @gpu
