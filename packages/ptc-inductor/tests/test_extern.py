@@ -341,6 +341,29 @@ def test_matmuls_are_called_through_torch_bindings_and_match_eager() -> None:
     _assert_called_directly(check(fn, x, w, b), torch.mm, torch.addmm, torch.bmm)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_products_with_a_transposed_row_major_matrix_are_called_as_linear_and_match_eager_exactly(dtype: torch.dtype) -> None:
+    # A linear layer's x @ w.t() (+ b): at::linear runs the same mm/addmm, so the results are
+    # eager's bit for bit, and the wrapper makes no view of the weight in Python.
+    g = torch.Generator().manual_seed(0)
+    x, w, b, v = (torch.randn(*s, generator=g).to(dtype) for s in ((8, 16), (12, 16), (12,), (16, 12)))
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = aten.addmm.default(b, x, aten.permute.default(w, [1, 0]))
+        computed = aten.mul.Tensor(w, 0.5)  # a weight the graph computes, in a buffer of its own
+        o = aten.mm.default(x, aten.permute.default(computed, [1, 0]))
+        # Not a row-major matrix's transpose: v.t() is column-major, so this stays a view.
+        s = aten.mm.default(x, aten.permute.default(aten.permute.default(v, [1, 0]), [1, 0]))
+        return h, o, s
+
+    compiled = check(fn, x, w, b, v, rtol=0, atol=0)
+    source = compiled.wrapper_source
+    assert source.count(" = _op") == 3 and sum("linear" in repr(f) for f in compiled.namespace.values()) == 1
+    linear = next(k for k, f in compiled.namespace.items() if f is torch.nn.functional.linear)
+    assert source.count(f"{linear}(") == 2, source
+    assert source.count("_as_strided(") == 0, source
+
+
 def _assert_called_directly(compiled: ptc_inductor.CompiledGraph, *bindings: Any) -> None:
     """The wrapper holds each of ``bindings`` and no overload object (whose boxed call it avoids)."""
     assert compiled.namespace is not None

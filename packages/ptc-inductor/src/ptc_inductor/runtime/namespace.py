@@ -31,6 +31,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "torch.bmm": torch.bmm,
     "torch.baddbmm": torch.baddbmm,
     "torch.convolution": torch.convolution,
+    "torch.nn.functional.linear": torch.nn.functional.linear,
 }
 """Plain functions a wrapper's namespace may hold, by the name the manifest gives them."""
 
