@@ -85,6 +85,27 @@ def test_cpp_and_python_checks_agree(monkeypatch, base_name, base):
     assert fast({"x": base}, {}, {}, ()) is True
 
 
+def test_the_extension_collects_the_ids_the_distinctness_check_compares(monkeypatch):
+    # f(x, y)'s entry must not serve f(x, x): the C++ check appends each matched tensor's id.
+    y = Source("local", "y")
+    a, b = torch.zeros(2, 3), torch.ones(2, 3)
+    guards = [_guard(a), Guard("tensor", y, _guard(b).expected), Guard("distinct_tensors", None)]
+    fast = compile_guards(guards)
+    with monkeypatch.context() as patch:
+        _python_only(patch)
+        slow = compile_guards(guards)
+    ext = tensormeta.module()
+    assert ext is not None and ext.check in fast.__globals__.values()
+    for frame, expected in (({"x": a, "y": b}, True), ({"x": a, "y": a}, False), ({"x": a, "y": a.t()}, False)):
+        assert fast(frame, {}, {}, ()) is expected and slow(frame, {}, {}, ()) is expected, frame
+    ids: list[int] = []
+    spec = tensormeta.spec(a.dtype, a.device, False, (2, 3), (3, 1))
+    assert ext.check(a, torch.Tensor, spec, ids) is True and ids == [id(a)]
+    assert ext.check(a.t(), torch.Tensor, spec, ids) is False and ids == [id(a)]
+    with pytest.raises(TypeError, match="ids: list"):
+        ext.check(a, torch.Tensor, spec, ())
+
+
 def test_a_cpu_device_with_an_index_matches_cpu_tensors():
     t = torch.zeros(2, 3)
     check = compile_guards([Guard("tensor", X, (torch.Tensor, torch.float32, torch.device("cpu", 0), (2, 3), (3, 1), False))])

@@ -68,10 +68,11 @@ bool matches(c10::TensorImpl* impl, const int64_t* spec, Py_ssize_t words) {
   return true;
 }
 
-// check(tensor, expected_type, spec) -> bool
+// check(tensor, expected_type, spec[, ids]) -> bool; a match appends id(tensor) to the list ids
+// (what the guard's distinctness check compares), saving the guard function a line per tensor.
 PyObject* check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3 || !PyBytes_Check(args[2])) {
-    PyErr_SetString(PyExc_TypeError, "check(tensor, expected_type, spec: bytes)");
+  if ((nargs != 3 && nargs != 4) || !PyBytes_Check(args[2]) || (nargs == 4 && !PyList_Check(args[3]))) {
+    PyErr_SetString(PyExc_TypeError, "check(tensor, expected_type, spec: bytes[, ids: list])");
     return nullptr;
   }
   if (reinterpret_cast<PyObject*>(Py_TYPE(args[0])) != args[1]) {
@@ -89,10 +90,21 @@ PyObject* check(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     // A tensor whose metadata cannot be read this way is not the tensor the trace saw.
     ok = false;
   }
-  if (ok) {
-    Py_RETURN_TRUE;
+  if (!ok) {
+    Py_RETURN_FALSE;
   }
-  Py_RETURN_FALSE;
+  if (nargs == 4) {
+    PyObject* id = PyLong_FromVoidPtr(args[0]);  // the value builtins.id gives
+    if (id == nullptr) {
+      return nullptr;
+    }
+    const int failed = PyList_Append(args[3], id);
+    Py_DECREF(id);
+    if (failed != 0) {
+      return nullptr;
+    }
+  }
+  Py_RETURN_TRUE;
 }
 
 // codes(dtype, device) -> (scalar type, device type, device index): the words a spec starts with.
@@ -111,7 +123,8 @@ PyObject* codes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyMethodDef methods[] = {
     {"check", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(check)), METH_FASTCALL,
-     "check(tensor, expected_type, spec) -> bool: the tensor has exactly this type and the spec's metadata."},
+     "check(tensor, expected_type, spec[, ids]) -> bool: the tensor has exactly this type and the spec's metadata "
+     "(and, when it has, its id is appended to the list ids)."},
     {"codes", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(codes)), METH_FASTCALL,
      "codes(dtype, device) -> (scalar type, device type, device index) as the spec encodes them."},
     {nullptr, nullptr, 0, nullptr},

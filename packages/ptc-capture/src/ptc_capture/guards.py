@@ -202,6 +202,20 @@ _PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 @_emitter("tensor")
 def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str]:
+    return _tensor_lines(g, k, bound, None)
+
+
+def _tensor_lines(g: Guard, k: Callable[[Any], str], bound: set[str], ids: str | None) -> list[str]:
+    """A tensor guard's lines; with ``ids``, they also append the tensor's id to that list once
+    it matched (the distinctness check's input)."""
+    lines, collected = _tensor_check(g, k, bound, ids)
+    if ids is not None and not collected:
+        lines.append(f"{ids}.append(id(v))")
+    return lines
+
+
+def _tensor_check(g: Guard, k: Callable[[Any], str], bound: set[str], ids: str | None) -> tuple[list[str], bool]:
+    """The check's lines, and whether they append the id to ``ids`` themselves."""
     ty, dtype, device, shape, stride, rg = g.expected
     # is_cpu and get_device() answer without building a torch.device object; get_device() is
     # the CUDA index (-1 for CPU and meta), so it pins a CUDA tensor's device exactly.
@@ -219,8 +233,10 @@ def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str
         ext = tensormeta.module() if packed is not None else None
         if packed is not None and ext is not None:
             # The same comparison on the TensorImpl: about a tenth of the Python checks' time.
-            return [f"if not {k(ext.check)}(v, {k(ty)}, {k(packed)}): return False"]
-        return [head, f"if {device_check} or v.size() != {k(tuple(shape))} or v.stride() != {k(tuple(stride))}: return False"]
+            # It appends the id itself: one Python line less a tensor (BERT-base checks 202).
+            extra = f", {ids}" if ids is not None else ""
+            return [f"if not {k(ext.check)}(v, {k(ty)}, {k(packed)}{extra}): return False"], ids is not None
+        return [head, f"if {device_check} or v.size() != {k(tuple(shape))} or v.stride() != {k(tuple(stride))}: return False"], False
     # Dynamic dims: each symbol is read from the dim it stands for (the first time it is met);
     # static dims are compared one by one; strides are the layout's expressions over the symbols.
     # A tensor of another rank fails the unpacking, which the function reports as a miss.
@@ -236,7 +252,7 @@ def _emit_tensor(g: Guard, k: Callable[[Any], str], bound: set[str]) -> list[str
             checks.append(f"_d{dim} != {size_source(size, int, names)}")
     strides = "".join(size_source(s, int, names) + ", " for s in stride)
     checks.append(f"v.stride() != ({strides})")
-    return [head, f"{''.join(t + ', ' for t in targets)}= v.size()", f"if {' or '.join(checks)}: return False"]
+    return [head, f"{''.join(t + ', ' for t in targets)}= v.size()", f"if {' or '.join(checks)}: return False"], False
 
 
 def symbol_names(exprs: Iterable[Any]) -> dict[str, str]:
@@ -615,10 +631,11 @@ def compile_guards(guards: Iterable[Guard]) -> Callable[[dict[str, Any], dict[st
             lines += _hoist(guard.source, hoisted, shared)
             lines.append(f"    v = {source_expr(guard.source, hoisted)}")
             read = guard.source
-        for line in _EMITTERS[guard.kind](guard, k, bound):
-            lines.append("    " + line)
-        if guard.kind == "tensor" and distinct:
-            lines.append("    _t.append(id(v))")
+        if guard.kind == "tensor":
+            emitted = _tensor_lines(guard, k, bound, "_t" if distinct else None)
+        else:
+            emitted = _EMITTERS[guard.kind](guard, k, bound)
+        lines += ["    " + line for line in emitted]
     # A source that no longer resolves (missing key or attribute) is a guard miss, not an error.
     lines += ["  except Exception:", "    return False", "  return True"]
     text = "\n".join(lines)
