@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--dtype", default="default", help="as tools/bench.py --dtype")
     parser.add_argument("--mode", default=None, help="compile mode (default: the workload's own, e.g. reduce-overhead for gpt-decode)")
+    parser.add_argument("--sort", choices=("gpu", "cpu"), default="gpu", help="order the table by GPU time or by host (self CPU) time")
     parser.add_argument("--cprofile", action="store_true", help="also print the Python functions the ptc steps spend CPU time in")
     parser.add_argument("--host", action="store_true", help="also print a step's host time (and ptc's guard time) beside its synchronized time")
     parser.add_argument("--sources", default=None, metavar="DIR",
@@ -64,7 +65,7 @@ def main() -> None:
         launches = sum(e.count for e in kernels) / args.steps
         gpu_ms = sum(e.self_device_time_total for e in kernels) / args.steps / 1e3
         print(f"===== {args.workload} {impl}: {launches:.0f} kernels/step, {gpu_ms:.3f} ms GPU/step")
-        print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total", row_limit=args.rows, max_name_column_width=70))
+        print(events.table(sort_by="self_cuda_time_total" if device.type == "cuda" and args.sort == "gpu" else "self_cpu_time_total", row_limit=args.rows, max_name_column_width=70))
         if impl == "ptc" and args.sources:
             top = sorted(kernels, key=lambda e: -e.self_device_time_total)[: args.rows]
             _write_sources(args.sources, [(e.key, e.self_device_time_total / args.steps, e.count / args.steps) for e in top], sources)

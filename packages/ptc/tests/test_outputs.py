@@ -48,3 +48,28 @@ def test_outputs_equal_eager_with_the_same_aliasing(backend: str, name: str, dty
     compiled = ptc.compile(fn, backend=backend, fullgraph=True)
     actual = compare_with_eager(compiled, fn, x)
     assert _aliasing(actual) == _aliasing(fn(x))
+
+
+class _RingBuffer(torch.nn.Module):
+    """A state buffer written in place and read back through a view held as another attribute
+    (a KV cache kept as one tensor with per-layer views)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.zeros(2, 6))
+        self.first = self.state[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state.add_(x)
+        return self.first * 2 + x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_write_to_an_input_is_seen_through_another_input_sharing_its_storage(backend: str, dtype: torch.dtype) -> None:
+    eager, model = _RingBuffer().to(dtype), _RingBuffer().to(dtype)
+    compiled = ptc.compile(model, backend=backend)
+    for step in range(3):
+        x = torch.randn(2, 6).to(dtype)
+        torch.testing.assert_close(compiled(x), eager(x), msg=f"step {step}")
+        torch.testing.assert_close(model.state, eager.state)

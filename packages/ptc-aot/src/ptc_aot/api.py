@@ -229,6 +229,7 @@ class AotFunction:
         self._tensor_positions = tuple(i for i, m in enumerate(inputs) if isinstance(m, TensorMeta))
         self._all_tensors = len(self._tensor_positions) == len(inputs)
         self._by_offsets: dict[tuple[Any, ...], CompiledProgram] = {}
+        self._warned_alias = False
 
     def _program(self, training: bool, inputs: list[Any], shape_env: SymbolEnv | None = None) -> CompiledProgram:
         key = (training, *(v if isinstance(v, TensorMeta) else (type(v), v) for v in inputs))
@@ -268,9 +269,20 @@ class AotFunction:
                 if len(self._by_offsets) >= _LAYOUT_CACHE_SIZE:
                     self._by_offsets.clear()
                 program = self._by_offsets[offsets] = self._dispatch(args, tensors)
-            return program(tensors)
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        return self._dispatch(args, tensors)(tensors)
+        else:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            program = self._dispatch(args, tensors)
+        if program.mutated_inputs and _writes_an_alias(tensors, program.mutated_inputs):
+            # The program was traced with distinct storages: a write to one input would not be
+            # seen through another that shares its storage (a view passed beside its base).
+            if not self._warned_alias:
+                self._warned_alias = True
+                log.warning(
+                    "tensor arguments share storage and the program writes one of them;"
+                    " calls like this run eagerly (pass separate tensors to compile them)"
+                )
+            return self._fn(*args)
+        return program(tensors)
 
     def _dispatch(self, args: Sequence[Any], tensors: list[torch.Tensor]) -> CompiledProgram:
         """The program for ``args`` by their full layout key (compiled on first use)."""
@@ -297,6 +309,18 @@ class AotFunction:
             dynamic, env = make_dynamic(metas, self._dynamic)
             return self._program(training, dynamic, env)
         return self._program(training, metas)
+
+
+def _writes_an_alias(tensors: Sequence[torch.Tensor], mutated: Sequence[int]) -> bool:
+    """True when an input the program writes shares its storage with another tensor input
+    (storages without memory, data pointer 0, share nothing)."""
+    written = [tensors[i].untyped_storage().data_ptr() for i in mutated]
+    unique = set(written)
+    unique.discard(0)
+    if len(unique) < sum(1 for p in written if p):
+        return True
+    mutated_set = set(mutated)
+    return any(t.untyped_storage().data_ptr() in unique for i, t in enumerate(tensors) if i not in mutated_set)
 
 
 def aot(
