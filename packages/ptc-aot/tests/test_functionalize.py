@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptc_aot import UnsupportedMutationError, aot, functionalize, trace_program
 from ptc_spec import TensorMeta
@@ -246,3 +247,61 @@ def test_a_mutating_call_that_leaves_a_default_out_gets_it_in_the_functional_op(
     kept = out != 0
     torch.testing.assert_close(out[kept], x[kept] * 2)
     assert 0.4 < kept.float().mean().item() < 0.6
+
+
+class _CountCopies(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten.copy_.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _running_update(x: torch.Tensor, w: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    state.mul_(0.5).add_(x.detach().mean(0))
+    return (x * w).sum(0)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_new_value_the_compiled_graph_stored_over_its_input_is_not_copied_again(training: bool) -> None:
+    # A compiler told which outputs are new values of inputs (INPUT_WRITES_KEY) may store one
+    # over its input and return the input there: the runtime then copies nothing, and counts
+    # the write as an in-place change.
+    from ptc_aot.api import INPUT_WRITES_KEY
+
+    seen: list[Any] = []
+
+    def writes_in_place(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+        writes = gm.meta[INPUT_WRITES_KEY]
+        seen.append(writes)
+
+        def run(*args: torch.Tensor) -> Any:
+            results = list(gm(*args))
+            for out, inp in writes:
+                # .data shares the storage but not the version counter: an uncounted write, as a kernel's.
+                args[inp].data.copy_(results[out])
+                results[out] = args[inp]
+            return results
+
+        return run
+
+    x = torch.randn(4, 3, requires_grad=training)
+    w, state = torch.randn(3, requires_grad=training), torch.randn(3)
+    compiled = aot(_running_update, [x, w, state], fw_compiler=writes_in_place)
+    assert seen == [((1, 2),)]
+    eager_state = state.clone()
+    expected = _running_update(x, w, eager_state)
+    version = state._version
+    with _CountCopies() as copies:
+        got = compiled(x, w, state)
+    assert copies.count == 1  # the compiler's own write; the runtime copied nothing
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(state, eager_state)
+    assert state._version == version + 1
+    if training:
+        got.sum().backward()
+        assert w.grad is not None
+        torch.testing.assert_close(w.grad, x.detach().sum(0))

@@ -452,3 +452,49 @@ def test_values_read_only_inside_their_triton_kernel_are_never_stored(dtype: tor
     assert len(written) > 1 and set(written) - plan.local == {returned}
     assert compiled.cpp_source.count("tl.store(") == 1
     assert not any(f"{name} = _empty" in compiled.wrapper_source for name in plan.local)
+
+
+def _running_stat(extra_read: bool, returned_twice: bool, dtype: torch.dtype) -> torch.fx.GraphModule:
+    """A batch norm's running-mean update as the functional forward ptc-aot hands over: the new
+    value of input ``state`` is output 1 (``ptc_input_writes``); with ``extra_read`` the old
+    value is also read by a kernel after the update, with ``returned_twice`` the new value is
+    returned again (as a value saved for the backward is)."""
+    b = GraphBuilder("core/2")
+    state, x = b.input("state", TensorMeta.of((8,), dtype)), b.input("x", TensorMeta.of((16, 8), dtype))
+    mean = b.call(aten.div.Tensor, b.call(aten.sum.dim_IntList, x, [0]), 16)
+    new = b.call(aten.add.Tensor, b.call(aten.mul.Tensor, state, 0.9), b.call(aten.mul.Tensor, mean, 0.1))
+    normed = b.call(aten.sub.Tensor, x, mean)
+    if extra_read:
+        # An extern product reads the old state after the kernel that makes the new one.
+        normed = b.call(aten.mm.default, b.call(aten.mm.default, normed, b.call(aten.view.default, new, [8, 1])), b.call(aten.view.default, state, [1, 8]))
+    outs = (normed, new, new) if returned_twice else (normed, new)
+    b.output(*outs)
+    gm = b.build()
+    gm.meta["ptc_input_writes"] = ((1, 0),)
+    return gm
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["written", "read_after", "returned_twice"])
+def test_the_new_value_of_an_input_is_stored_over_it_only_when_nothing_reads_it_later(backend: str, case: str, dtype: torch.dtype) -> None:
+    if backend == "triton":
+        pytest.importorskip("triton")
+    gm = _running_stat(case == "read_after", case == "returned_twice", dtype)
+    compiled = ptc_inductor.compile(gm, config=ptc_inductor.config_from_env(backend=backend))
+    g = torch.Generator().manual_seed(0)
+    state, x = torch.randn(8, generator=g).to(dtype), torch.randn(16, 8, generator=g).to(dtype)
+    expected = gm(state.clone(), x)
+    before = state.clone()
+    got = compiled(state, x)
+    for e, a in zip(expected, got):
+        torch.testing.assert_close(a, e)
+    assert compiled.memory_plan is not None
+    if case == "written":
+        # The caller receives its own tensor, already holding the new value: nothing to copy.
+        assert got[1] is state
+        assert [taken for _, taken in compiled.memory_plan.in_place] == ["arg0"]
+    else:
+        assert got[1] is not state
+        torch.testing.assert_close(state, before)
+        assert "arg0" not in [taken for _, taken in compiled.memory_plan.in_place]

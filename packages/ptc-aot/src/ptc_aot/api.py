@@ -19,6 +19,7 @@ from .config import Config, config_from_env
 from .cse import eliminate_common_subexpressions
 from .errors import PtcAotError
 from .functionalize import functionalize
+from .ignored_args import drop_ignored_arguments
 from .partition import partition, tangents
 from .program_cache import ProgramCache, ProgramParts
 from .runtime import CompiledProgram
@@ -67,6 +68,9 @@ def compile_program(
     removed = eliminate_common_subexpressions(functional.gm)
     if removed:
         log.info("merged %d repeated pure calls", removed)
+    dropped = drop_ignored_arguments(functional.gm)
+    if dropped:
+        log.info("passed None for unread arguments of %d calls", dropped)
     start = _stage("functionalize", start)
     metas = program.inputs
     env = shape_env_of(functional.gm)
@@ -107,6 +111,10 @@ def _compile(parts: ProgramParts, fw_compiler: Compiler, bw_compiler: Compiler, 
         saved = len(out.args[0]) - parts.num_outputs - len(parts.mutated_inputs)
         parts.forward.meta[SAVED_OUTPUTS_KEY] = saved
         parts.backward.meta[SAVED_INPUTS_KEY] = saved
+    if parts.mutated_inputs:
+        # The runtime skips its copy for a new value that comes back as the input itself.
+        first = parts.num_outputs
+        parts.forward.meta[INPUT_WRITES_KEY] = tuple((first + k, i) for k, i in enumerate(parts.mutated_inputs))
     forward = fw_compiler(_boundary(config, parts.forward))
     if parts.backward is None:
         return CompiledProgram(
@@ -179,6 +187,12 @@ SAVED_OUTPUTS_KEY = "ptc_saved_outputs"
 are values saved for the backward (ptc-inductor stores 4-D activations among them channels-last)."""
 SAVED_INPUTS_KEY = "ptc_saved_inputs"
 """``GraphModule.meta`` key of the backward graph: how many of its first inputs are those values."""
+INPUT_WRITES_KEY = "ptc_input_writes"
+"""``GraphModule.meta`` key of a forward (or inference) graph: ``(output, input)`` position pairs,
+each output the new value of that input, which the runtime writes into the caller's tensor. A
+compiler may write the value into the input's own storage instead and return the input tensor
+itself there; the runtime then has nothing to copy. The input's old value must then be read by
+nothing after the write, and no output may be, or view, the input's old value."""
 
 # How many input layouts an AotFunction remembers before starting over: a symbolic program
 # called with ever new sizes would otherwise grow the table without bound.

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.autograd.graph import increment_version
 
 from ptc_spec import SymbolEnv
 
@@ -60,9 +61,16 @@ class CompiledProgram:
             results = _CompiledFunction.apply(self, *tensors)  # type: ignore[no-untyped-call]
         graph_outputs = results[: self.num_outputs]
         new_values = results[self.num_outputs : self.num_outputs + len(self.mutated_inputs)]
+        written = []
         with torch.no_grad():
             for i, value in zip(self.mutated_inputs, new_values):
-                tensors[i].copy_(value)
+                if value is None or value is tensors[i]:
+                    written.append(tensors[i])  # the compiled graph wrote it in place
+                else:
+                    tensors[i].copy_(value)
+        if written:
+            # As an in-place op would: autograd then notices a saved tensor that was overwritten.
+            increment_version(written)
         leaves = [_output(plan, tensors, graph_outputs) for plan in self.outputs]
         return pytree.tree_unflatten(leaves, self.out_spec)
 
@@ -89,6 +97,14 @@ class _CompiledFunction(torch.autograd.Function):
         outputs, saved = results[:n_out], results[n_out:]
         if program.mutated_inputs:
             saved = _detach_from_inputs(saved, [tensors[i] for i in program.mutated_inputs])
+            # A new value the graph wrote into its input comes back as the input: returned by an
+            # autograd.Function, it would be wrapped in a view; None tells the caller instead.
+            first = program.num_outputs
+            if any(outputs[first + k] is tensors[i] for k, i in enumerate(program.mutated_inputs)):
+                outputs = tuple(
+                    None if first <= p and outputs[p] is tensors[program.mutated_inputs[p - first]] else out
+                    for p, out in enumerate(outputs)
+                )
         ctx.save_for_backward(*saved)
         ctx.program = program
         # The shapes of this call's differentiable outputs: zeros for the ones nobody

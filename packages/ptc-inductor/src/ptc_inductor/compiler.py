@@ -22,7 +22,7 @@ from .codegen.wrapper import generate_wrapper
 from .config import Config, config_from_env
 from .lowering import lower_graph
 from .lowering.graph import LoweredGraph
-from .memory import MemoryPlan, plan_memory
+from .memory import MemoryPlan, input_donors, plan_memory
 from .scheduler import Kernel, Schedule, schedule
 from .size_sources import SymbolSource
 from .unfused_bias import unfuse_bias_adds
@@ -117,7 +117,8 @@ def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> Co
         from .codegen.triton import local_buffers
 
         registers = local_buffers(sched, triton_kernels, lowered.output_buffers, lowered.buffers, cfg)
-    plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels, registers)  # 3. plan memory
+    donors = input_donors(lowered) if cfg.reuse_buffers else None
+    plan = plan_memory(sched, lowered.buffers, lowered.output_buffers, cfg.reuse_buffers, cpp_kernels, registers, donors)  # 3. plan memory
     start = _stage("plan memory", start)
     # 4. generate, build and load the kernels; one that writes no element is never launched (on a
     # GPU a kernel over a zero-size output would still run one program and write out of bounds)

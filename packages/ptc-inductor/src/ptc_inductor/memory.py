@@ -7,6 +7,7 @@ same element of the output: softmax over an attention-scores matmul then needs o
 
 from __future__ import annotations
 
+import collections
 import math
 from collections import defaultdict
 from collections.abc import Collection
@@ -19,6 +20,7 @@ from .analysis import Access
 from .indexing import Expr, rvar, xvar
 from .ir import Buffer, ComputedNode, ExternNode
 from .lowering.context import is_dense
+from .lowering.graph import LoweredGraph
 from .scheduler import Kernel, Schedule
 from .sizes import Size, hint, normalize
 
@@ -166,12 +168,36 @@ def _in_place_input(kernel: Kernel, out: Buffer, accesses: dict[str, Access], bu
     return None
 
 
+def input_donors(graph: LoweredGraph) -> dict[str, str]:
+    """Output buffer -> the graph input whose new value it is and whose storage it may take.
+
+    Only where returning the input itself is returning that output: the output is the whole
+    buffer, returned once, in the input's exact layout, and the input is not returned as well."""
+    returned: collections.Counter[str] = collections.Counter(o.view.buffer for o in graph.outputs if o.view is not None)
+    donors: dict[str, str] = {}
+    for out_pos, in_pos in graph.input_writes:
+        if not (0 <= out_pos < len(graph.outputs) and 0 <= in_pos < len(graph.inputs)):
+            continue
+        view, name = graph.outputs[out_pos].view, graph.inputs[in_pos]
+        if view is None or not name or returned[view.buffer] != 1 or name in returned or view.buffer in donors:
+            continue
+        out, inp = graph.buffers[view.buffer].layout, graph.buffers[name].layout
+        whole = view.size == out.size and view.stride == out.stride and view.offset == 0 and out.offset == 0
+        same = (out.dtype, out.device, out.size, out.stride) == (inp.dtype, inp.device, inp.size, inp.stride)
+        if whole and same and is_dense(out.size, out.stride) and name not in donors.values():
+            donors[view.buffer] = name
+    return donors
+
+
 def plan_memory(
     sched: Schedule, buffers: dict[str, Buffer], outputs: set[str], reuse: bool, local_kernels: Collection[str] | None = None,
-    extra_local: frozenset[str] = frozenset(),
+    extra_local: frozenset[str] = frozenset(), donors: dict[str, str] | None = None,
 ) -> MemoryPlan:
     """Plan allocations over ``sched``: buffers named in ``outputs`` live to the end; those in
-    ``extra_local`` (kept in registers by Triton kernels) are never allocated, like C++ locals."""
+    ``extra_local`` (kept in registers by Triton kernels) are never allocated, like C++ locals.
+    ``donors`` (from :func:`input_donors`) lets a kernel write an output into a graph input's
+    storage when nothing reads that input after the kernel (and the kernel reads it only where,
+    and before, it writes the same element)."""
     local = kernel_local_buffers(sched, outputs, local_kernels) | extra_local
     last_use: dict[str, int] = {}
     defined: dict[str, int] = {}
@@ -221,6 +247,14 @@ def plan_memory(
                 storage[buf.name] = buf.name
                 storage_bytes[buf.name] = 0 if buf.name in views else hint(buf.layout.nbytes)
                 live += storage_bytes[buf.name]
+                continue
+            donor = donors.get(buf.name) if donors and isinstance(step, Kernel) else None
+            if donor is not None and last_use.get(donor, -1) <= i and donor not in barred and in_place_safe(step, sched.accesses, buf, donor):
+                # The new value of a graph input, stored over it: its old value is read by
+                # nothing later, and the caller receives the input itself as this output.
+                storage[buf.name] = donor
+                in_place.append((buf.name, donor))
+                reused += 1
                 continue
             src = _in_place_input(step, buf, sched.accesses, buffers, dying) if buf.name not in kept else None
             if src is not None:

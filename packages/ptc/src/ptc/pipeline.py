@@ -49,6 +49,10 @@ class CompileStats:
 
 STATS = CompileStats()
 
+# ptc-aot's name for "these outputs are the new values of these inputs" (a compiler may store them
+# over the inputs); ptc-inductor reads the same key.
+_INPUT_WRITES_KEY = "ptc_input_writes"
+
 
 def handoff(gm: torch.fx.GraphModule, options: CompileOptions) -> torch.fx.GraphModule:
     """Pass ``gm`` to the next stage, through the serialized form when boundaries are checked."""
@@ -66,6 +70,11 @@ def compile_core(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], option
     import ptc_inductor
 
     start = time.perf_counter()
+    if options.cudagraphs and _all_cuda(example_inputs) and _INPUT_WRITES_KEY in gm.meta:
+        # A replay writes into the recorded copy of an input that is not static, and hands back
+        # a view of the caller's tensor where the graph returned the input: the runtime's copy
+        # must bring the new value over, so the graph must not store it over the input itself.
+        gm.meta.pop(_INPUT_WRITES_KEY)
     config = ptc_inductor.config_from_env(cache_dir=cache.inductor_cache_dir())
     if options.debug_dir is not None:
         config = config.replace(debug_dir=options.debug_dir)

@@ -37,6 +37,12 @@ value (its metadata's expression), computed where it is used, never a kernel."""
 FLOAT_SIZE_OPS = frozenset({operator.truediv, torch.sym_float})
 
 
+INPUT_WRITES_KEY = "ptc_input_writes"
+"""``GraphModule.meta`` key (set by ptc-aot): ``(output, input)`` position pairs, each output the new
+value of that input, which the caller copies into it after the call unless the call returns the
+input itself there (then the compiled graph stored the value into the input's storage)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GraphOutput:
     """One graph output: a view of a buffer, or a plain Python value."""
@@ -62,6 +68,9 @@ class LoweredGraph:
     """The graph's symbolic sizes (a static SizeEnv for a graph of static sizes)."""
     input_metas: tuple[Any, ...] = ()
     """Each input's simplified metadata (a TensorMeta, a size, or None): where symbols are read."""
+    input_writes: tuple[tuple[int, int], ...] = ()
+    """``(output, input)`` positions: that output is the new value of that input, which the caller
+    writes into the input after the call (``INPUT_WRITES_KEY``), so it may be stored there directly."""
 
     @property
     def output_buffers(self) -> set[str]:
@@ -191,9 +200,10 @@ def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> Lowe
         else:
             raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
     ctx.realize_recomputed(config.inline_max_ops // 4)
+    writes = tuple((int(o), int(i)) for o, i in gm.meta.get(INPUT_WRITES_KEY, ()))
     return LoweredGraph(
         tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple,
-        dict(ctx.storage_offsets), tuple(dict.fromkeys(fallbacks)), env, tuple(input_metas),
+        dict(ctx.storage_offsets), tuple(dict.fromkeys(fallbacks)), env, tuple(input_metas), writes,
     )
 
 

@@ -1,0 +1,47 @@
+"""Arguments a call does not read in its mode are not saved for the backward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from ptc_aot import aot
+from ptc_aot.api import SAVED_OUTPUTS_KEY
+
+aten = torch.ops.aten
+
+
+def _batch_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.batch_norm(x, mean, var, w, b, True, 0.1, 1e-5).tanh()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_training_batch_norm_saves_no_running_statistics(dtype: torch.dtype) -> None:
+    graphs: dict[str, torch.fx.GraphModule] = {}
+
+    def keep(name: str) -> Any:
+        def compiler(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            graphs[name] = gm
+            return gm
+
+        return compiler
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, 5, 5, generator=g).to(dtype).requires_grad_()
+    w = torch.rand(3, generator=g).to(dtype).requires_grad_()
+    b = torch.randn(3, generator=g).to(dtype).requires_grad_()
+    mean, var = torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)
+    compiled = aot(_batch_norm, [x, w, b, mean, var], fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    eager_mean, eager_var = mean.clone(), var.clone()
+    expected = _batch_norm(x, w, b, eager_mean, eager_var)
+    got = compiled(x, w, b, mean, var)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close((mean, var), (eager_mean, eager_var))
+    grads = torch.autograd.grad(got.sum(), [x, w, b])
+    torch.testing.assert_close(grads, torch.autograd.grad(expected.sum(), [x, w, b]))
+    (call,) = [n for n in graphs["backward"].graph.nodes if n.target is aten.native_batch_norm_backward.default]
+    assert call.args[3] is None and call.args[4] is None
+    # Saved: the input, the weight, the batch's mean and inverse deviation, the tanh output.
+    assert graphs["forward"].meta[SAVED_OUTPUTS_KEY] == 5
