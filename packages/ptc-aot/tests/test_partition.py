@@ -9,9 +9,10 @@ import torch
 import torch.fx
 from aot_models import MODELS, make_inputs
 
-from ptc_aot import Partition, functionalize, partition, trace_program
+from ptc_aot import Partition, aot, functionalize, partition, trace_program
 from ptc_aot.recompute import NEVER_RECOMPUTE
 from ptc_spec import TensorMeta
+from ptc_spec.testing import compare_with_eager
 
 aten = torch.ops.aten
 
@@ -102,3 +103,29 @@ def test_unknown_partition_mode_is_refused() -> None:
     program = trace_program(fn, [TensorMeta.from_tensor(a) for a in args], joint=True)
     with pytest.raises(PartitionError, match="unknown partition"):
         partition(functionalize(program.gm), len(args), "greedy")
+
+
+def _relu_stack(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor) -> torch.Tensor:
+    h1 = torch.relu(x @ w1) * 2
+    h2 = torch.relu(h1 @ w2) * 2
+    return torch.relu(h2 @ w3) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_recomputed_values_are_made_just_before_their_first_use(dtype: torch.dtype) -> None:
+    # Recomputed in the backward, the first layer's activation is needed only for the last
+    # gradients: made at the backward's start it would be held through the whole backward.
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(8, 16, generator=g).to(dtype), *(torch.randn(16, 16, generator=g).to(dtype).requires_grad_() for _ in range(3))]
+    program = trace_program(_relu_stack, [TensorMeta.from_tensor(a) for a in args], joint=True)
+    backward = partition(functionalize(program.gm), len(args)).backward
+    from_tangents = _tangent_dependent(backward)
+    nodes = list(backward.graph.nodes)
+    recomputed = [n for n in nodes if n.op == "call_function" and n not in from_tangents]
+    assert recomputed, "the min cut recomputes cheap values (relu, mul) in the backward"
+    for node in recomputed:
+        first = min(nodes.index(u) for u in node.users)
+        between = nodes[nodes.index(node) + 1 : first]
+        # Only other values made for the same use come in between: no backward work.
+        assert all(n not in from_tangents for n in between), (node.name, [n.name for n in between])
+    compare_with_eager(aot(_relu_stack, args), _relu_stack, *args, grads=True)

@@ -129,6 +129,7 @@ def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -
 
     forward = extract(joint.gm, primals, [*forward_outputs, *saved])
     backward = extract(joint.gm, [*saved, *tangents], grads)
+    sink_recomputed(backward, len(tangents))
     return Partition(forward, backward, n_forward, tuple(n.name for n in saved), int(saved_bytes), int(baseline))
 
 
@@ -185,6 +186,62 @@ def _min_cut(
     if value == INF:
         raise PartitionError("the joint graph has no finite cut: a value the backward reads cannot be saved")
     return [n for n, i in index.items() if 2 * i in reached and 2 * i + 1 not in reached]
+
+
+def sink_recomputed(gm: torch.fx.GraphModule, num_tangents: int) -> int:
+    """Move each value the backward recomputes from saved ones to just before its first use;
+    return how many moved.
+
+    ``extract`` keeps the joint graph's order, where recomputed forward values come before every
+    backward node: a ResNet-50 backward recomputed the ReLUs of its first blocks (three
+    32x256x56x56 bf16 activations, 147 MiB) at its start and held them until its end, where their
+    gradients are computed. Placed at first use, each lives only as long as eager's would.
+    """
+    graph = gm.graph
+    nodes = list(graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if not placeholders:
+        return 0
+    from_tangents: set[torch.fx.Node] = set(placeholders[len(placeholders) - num_tangents :]) if num_tangents else set()
+    for node in nodes:
+        if node.op != "placeholder" and any(a in from_tangents for a in node.all_input_nodes):
+            from_tangents.add(node)
+    # The backward's own nodes keep their order; a recomputed node is emitted just before the
+    # first node that reads it (its own recomputed inputs just before it).
+    order: list[torch.fx.Node] = []
+    emitted: set[torch.fx.Node] = set(placeholders)
+
+    def emit(node: torch.fx.Node) -> None:
+        stack = [(node, False)]
+        while stack:
+            current, ready = stack.pop()
+            if current in emitted:
+                continue
+            if ready:
+                emitted.add(current)
+                order.append(current)
+                continue
+            stack.append((current, True))
+            for arg in reversed(current.all_input_nodes):
+                if arg not in emitted:
+                    stack.append((arg, False))
+
+    for node in nodes:
+        if node.op == "output" or node in from_tangents:
+            emit(node)
+    for node in nodes:  # recomputed values nothing reads still run, where they were
+        emit(node)
+    kept = [n for n in nodes if n.op != "placeholder"]
+    if order == kept:
+        return 0
+    moved = sum(1 for a, b in zip(order, kept) if a is not b)
+    anchor = placeholders[-1]
+    for node in order:
+        anchor.append(node)
+        anchor = node
+    graph.lint()
+    gm.recompile()
+    return moved
 
 
 def _ancestors(nodes: list[torch.fx.Node], stop: frozenset[torch.fx.Node] = frozenset()) -> set[torch.fx.Node]:
