@@ -305,3 +305,24 @@ def test_a_new_value_the_compiled_graph_stored_over_its_input_is_not_copied_agai
         got.sum().backward()
         assert w.grad is not None
         torch.testing.assert_close(w.grad, x.detach().sum(0))
+
+
+class _NoStorage(torch.Tensor):
+    """A wrapper subclass: a tensor without a storage of its own (reading its pointer raises)."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> _NoStorage:
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        raise NotImplementedError(func)
+
+
+def test_the_shared_storage_check_passes_over_tensors_without_a_storage() -> None:
+    from ptc_aot.api import _writes_an_alias
+
+    a = torch.randn(3)
+    wrapped = _NoStorage(torch.randn(3))
+    assert not _writes_an_alias([a, wrapped], [0])
+    assert _writes_an_alias([a, a.view(3), wrapped], [0])

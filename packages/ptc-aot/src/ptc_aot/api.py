@@ -328,13 +328,20 @@ class AotFunction:
 def _writes_an_alias(tensors: Sequence[torch.Tensor], mutated: Sequence[int]) -> bool:
     """True when an input the program writes shares its storage with another tensor input
     (storages without memory, data pointer 0, share nothing)."""
-    written = [tensors[i].untyped_storage().data_ptr() for i in mutated]
+    written = [_storage_pointer(tensors[i]) for i in mutated]
     unique = set(written)
     unique.discard(0)
     if len(unique) < sum(1 for p in written if p):
         return True
     mutated_set = set(mutated)
-    return any(t.untyped_storage().data_ptr() in unique for i, t in enumerate(tensors) if i not in mutated_set)
+    return any(_storage_pointer(t) in unique for i, t in enumerate(tensors) if i not in mutated_set)
+
+
+def _storage_pointer(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except RuntimeError:  # a wrapper subclass has no storage of its own to share
+        return 0
 
 
 def aot(

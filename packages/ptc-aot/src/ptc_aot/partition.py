@@ -226,11 +226,14 @@ def sink_recomputed(gm: torch.fx.GraphModule, num_tangents: int) -> int:
                 if arg not in emitted:
                     stack.append((arg, False))
 
+    output = nodes[-1]
     for node in nodes:
-        if node.op == "output" or node in from_tangents:
+        if node in from_tangents:
             emit(node)
-    for node in nodes:  # recomputed values nothing reads still run, where they were
-        emit(node)
+    for node in nodes:  # then what the output reads, and anything nothing reads, before it
+        if node is not output:
+            emit(node)
+    emit(output)
     kept = [n for n in nodes if n.op != "placeholder"]
     if order == kept:
         return 0
