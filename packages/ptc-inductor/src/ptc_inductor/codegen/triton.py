@@ -345,8 +345,11 @@ class _KernelWriter:
     def __init__(
         self, kernel: Kernel, buffers: dict[str, Buffer], config: Config, strided: bool = False, stored: frozenset[str] = frozenset(),
         local: frozenset[str] = frozenset(), reads: frozenset[str] = frozenset(), tiled: bool = False,
+        accesses: dict[str, Any] | None = None,
     ) -> None:
         self.kernel = kernel
+        # Each node's loads and stores (the scheduler's), for the nodes that may share a loop.
+        self.accesses = accesses
         self.reads = reads
         # Buffers only this kernel reads, each at the element it wrote: kept in registers, never stored.
         self.local = local
@@ -442,9 +445,11 @@ class _KernelWriter:
             return None if equal(numel, self.rblock) else "rmask"
         return None if known_multiple(numel, heur.MAX_RBLOCK) else "rmask"
 
-    def node_section(self, node: ComputedNode, inner: tuple[Size, ...], partial: bool = False) -> Section:
+    def node_section(self, node: ComputedNode, inner: tuple[Size, ...], partial: bool = False, cse: dict[str, str] | None = None) -> Section:
         section = Section()
         handler = (_PartialOps if partial else TritonOps)(self, node, section, inner)
+        if cse is not None:
+            handler.cse = cse
         xs, rs = node_vars(node)
         with set_ops_handler(handler):
             node.body(xs, rs)
@@ -490,24 +495,59 @@ class _KernelWriter:
         out: list[str] = []
         if self.style == "persistent":
             out.append("rindex = rbase")
-        for node, inner in zip(self.kernel.nodes, self.inners):
-            section = self.node_section(node, inner)
-            out.append(self.comment(node))
-            if section.barrier:
+        shared = self.style == "looped"
+        for group in self.loop_groups():
+            # One loop, one scope: a value loaded (or computed) once serves every node in it.
+            cse: dict[str, str] | None = {} if shared and len(group) > 1 else None
+            sections = [self.node_section(node, inner, cse=cse) for node, inner in group]
+            node, inner = group[0]
+            out.extend(self.comment(n) for n, _ in group)
+            if any(sec.barrier for sec in sections):
                 out.append("tl.debug_barrier()")
-            out.extend(section.prefix)
+            for sec in sections:
+                out.extend(sec.prefix)
             if not inner:
-                out.extend(section.body)
+                out.extend(sections[0].body)
             elif self.style == "persistent":
                 out.extend(self.inner_defs(node, inner))
-                out.extend(section.body)
+                out.extend(sections[0].body)
             else:
                 out.append(f"for roffset in range(0, {self.p(_numel(inner))}, RBLOCK):")
-                loop = ["rindex = roffset + rbase", *self.inner_defs(node, inner), *section.body]
+                loop = ["rindex = roffset + rbase", *self.inner_defs(node, inner)]
+                for sec in sections:
+                    loop.extend(sec.body)
                 out.extend("    " + ln for ln in loop)
-            out.extend(section.suffix)
+            for sec in sections:
+                out.extend(sec.suffix)
         return out
 
+    def loop_groups(self) -> list[list[tuple[ComputedNode, tuple[Size, ...]]]]:
+        """The kernel's nodes in order, consecutive ones that share one inner loop together.
+
+        In a looped kernel, reductions over the same inner range share a loop when none reads
+        a buffer another of them stores (or stores one another reads): their stores all come
+        after the loop, so each reads what it read in a loop of its own. A batch norm's
+        backward sums four products of the same two tensors; four loops read them four times
+        (38 us against torch.compile's 13 us for a 32x56x56x64 bf16 one on an H200)."""
+        groups: list[list[tuple[ComputedNode, tuple[Size, ...]]]] = []
+        names: list[tuple[set[str], set[str]]] = []
+        for node, inner in zip(self.kernel.nodes, self.inners):
+            access = self.accesses.get(node.name) if self.accesses is not None else None
+            loads = {name for name, _ in access.loads} if access is not None else set()
+            stores = {name for name, _ in access.stores} if access is not None else set()
+            last = groups[-1] if groups else None
+            if (
+                access is not None and self.style == "looped" and last is not None and inner and node.is_reduction
+                and all(n.is_reduction and other == inner for n, other in last)
+                and not (loads & names[-1][1] or stores & names[-1][0])
+            ):  # fmt: skip
+                last.append((node, inner))
+                names[-1][0].update(loads)
+                names[-1][1].update(stores)
+            else:
+                groups.append([(node, inner)])
+                names.append((loads, stores))
+        return groups
 
     def row_loop_body(self) -> list[str]:
         """Chunks of this program, rows of each chunk: row nodes per row, partials per chunk."""
@@ -671,7 +711,9 @@ def generate_triton_kernel(
     reordered = reordered_loops(kernel, accesses)
     if reordered is not None:
         kernel = reordered[0]
-    writer = _KernelWriter(kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads, tiled=reordered is not None and reordered[1])
+    writer = _KernelWriter(
+        kernel, buffers, config, _strided_reduction(kernel, accesses), stored, local, reads, tiled=reordered is not None and reordered[1], accesses=accesses
+    )
     body = writer.body()
     head = writer.header()
     names = [n for n in writer.params if n not in local]
