@@ -199,6 +199,7 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="profile a warm start: a first process fills the caches, this one reads them")
     parser.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cprofile", type=int, default=0, metavar="N", help="also print the N functions of most cumulative time")
+    parser.add_argument("--sort", choices=["cumulative", "tottime"], default="cumulative", help="--cprofile's order")
     parser.add_argument("--imports", action="store_true", help="also list the torch compiler modules (and sympy, triton) the first call imported, by stage")
     args = parser.parse_args()
     cache = args.cache_dir or tempfile.mkdtemp(prefix="ptc-profile-")
@@ -256,7 +257,7 @@ def main() -> None:
     if watch is not None:
         watch.report()
     if profiler is not None:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.cprofile)
+        pstats.Stats(profiler).sort_stats(args.sort).print_stats(args.cprofile)
 
 
 if __name__ == "__main__":

@@ -406,3 +406,76 @@ def test_a_single_element_read_under_a_block_mask_matches_eager() -> None:
         return aten.cat.default([ones, aten.exp.default(x), aten.mul.Tensor(x, 2.0)], 1)
 
     check_triton(fn, torch.randn(1, 1, device=DEVICE))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_independent_reductions_over_one_range_share_one_loop(dtype: torch.dtype, channels_last: bool) -> None:
+    # A batch norm's backward: four sums over (N, H, W) of products of the same two tensors,
+    # none reading another's result. Each used to loop over its inputs on its own.
+    grad, x = _rand(4, 8, 48, 48, dtype=dtype), _rand(4, 8, 48, 48, dtype=dtype, seed=1)
+    if channels_last:
+        grad, x = grad.contiguous(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    mean, invstd = _rand(1, 8, 1, 1, seed=2), _rand(1, 8, 1, 1, seed=3).abs()
+
+    def fn(grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        g = aten._to_copy.default(grad, dtype=torch.float32)
+        xhat = aten.mul.Tensor(aten.sub.Tensor(aten._to_copy.default(x, dtype=torch.float32), mean), invstd)
+        dims = [0, 2, 3]
+        return (
+            aten.sum.dim_IntList(g, dims),
+            aten.sum.dim_IntList(aten.mul.Tensor(g, xhat), dims),
+            aten.sum.dim_IntList(aten.mul.Tensor(aten.mul.Tensor(g, g), xhat), dims),
+            aten.amax.default(aten.mul.Tensor(g, 2.0), dims),
+        )
+
+    compiled = check_triton(fn, grad, x, mean, invstd, rtol=1e-4, atol=1e-3)
+    looped = [k for k in compiled.kernels if k.style == "looped"]
+    assert looped, [k.style for k in compiled.kernels]
+    for kernel in looped:
+        loops = kernel.source.count("for roffset in range")
+        assert loops == 1, kernel.source
+
+
+def test_a_reduction_reading_another_reductions_result_keeps_its_own_loop() -> None:
+    # A variance over the mean this kernel computed: the second sum needs the first's stored
+    # result, so it cannot run in the same pass.
+    x = _rand(3, 20000)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = aten.div.Tensor(aten.sum.dim_IntList(x, [1], True), 20000.0)
+        centered = aten.sub.Tensor(x, mean)
+        return mean, aten.sum.dim_IntList(aten.mul.Tensor(centered, centered), [1])
+
+    compiled = check_triton(fn, x, rtol=1e-4, atol=1e-3)
+    sources = [k.source for k in compiled.kernels if k.style == "looped"]
+    assert sum(s.count("for roffset in range") for s in sources) == 2, sources
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_widened_value_worth_storing_is_stored_narrow(dtype: torch.dtype) -> None:
+    # A ReLU's gradient in bf16, read as float32 by a batch norm's backward sums and its
+    # pointwise tail: often enough to be stored once. Storing the float32 copy doubled every
+    # reader's bytes; the narrow value is stored and each reader converts it as it loads.
+    grad, x, y = _rand(4, 8, 48, 48, dtype=dtype), _rand(4, 8, 48, 48, dtype=dtype, seed=1), _rand(4, 8, 48, 48, dtype=dtype, seed=4)
+    mean, invstd = _rand(1, 8, 1, 1, seed=2), _rand(1, 8, 1, 1, seed=3).abs()
+
+    def fn(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        relu_grad = aten.where.self(aten.le.Scalar(y, 0.0), aten.scalar_tensor.default(0.0, dtype=dtype), grad)
+        g = aten._to_copy.default(relu_grad, dtype=torch.float32)
+        xhat = aten.mul.Tensor(aten.sub.Tensor(aten._to_copy.default(x, dtype=torch.float32), mean), invstd)
+        dims = [0, 2, 3]
+        s1 = aten.sum.dim_IntList(g, dims, True)
+        s2 = aten.sum.dim_IntList(aten.mul.Tensor(g, xhat), dims, True)
+        s3 = aten.sum.dim_IntList(aten.mul.Tensor(aten.mul.Tensor(g, g), xhat), dims, True)
+        s4 = aten.amax.default(aten.mul.Tensor(g, 2.0), dims, True)
+        scale = aten.add.Tensor(aten.add.Tensor(s2, s3), s4)
+        out = aten.sub.Tensor(aten.mul.Tensor(g, 3.0), aten.mul.Tensor(xhat, aten.mul.Tensor(s1, scale)))
+        return aten._to_copy.default(out, dtype=dtype), s1
+
+    compiled = check_triton(fn, grad, x, y, mean, invstd, rtol=2e-2, atol=2e-2)
+    stored = {
+        name: dt for k in compiled.kernels if k.style == "flat"
+        for name, dt in zip(k.params, k.param_dtypes) if f"tl.store({name} " in k.source
+    }  # fmt: skip
+    assert len(stored) == 2 and set(stored.values()) == {dtype}, stored

@@ -99,6 +99,9 @@ class LazyValue:
     # Per input: whether the loader evaluates it at the value's own index (a pointwise operand of
     # the same shape), where code generation shares repeated evaluations.
     at_own_index: tuple[bool, ...] = ()
+    # The key of the narrower float value this one converts exactly (bf16 to float32, say): the
+    # narrow one is stored in its place (see realize_recomputed).
+    widens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +194,12 @@ class LoweringContext:
             self._lazy[key].restride = view_of[1]
         self._lazy[key].stored_as = stored_as
         return shown
+
+    def mark_widening(self, value: TensorValue, source: TensorValue) -> None:
+        """Record that lazy ``value`` is ``source`` converted exactly to a wider float dtype."""
+        key, src = self._key_of.get(id(value)), self._key_of.get(id(source))
+        if key is not None and src is not None and source.view is None:
+            self._lazy[key].widens = src
 
     def view_base(self, value: TensorValue) -> tuple[TensorValue, Restride] | None:
         """(base, restride) when ``value`` is an unrealized view of another value (see ``lazy``)."""
@@ -511,9 +520,21 @@ class LoweringContext:
                 else:
                     readers[k].discard(i)
 
+        def narrow_source(record: LazyValue) -> int | None:
+            # A value worth storing that only widens another (a bfloat16 gradient read as float32
+            # by a batch norm's backward sums): store the narrow value, half the bytes for every
+            # reader, each of which converts it as it loads.
+            src = record.widens
+            if src is None:
+                return None
+            source = self._lazy[src]
+            return src if source.candidate and source.view_of is None and source.realized is None else None
+
         def waste(key: int) -> int:
             record, n = self._lazy[key], evals.get(key, 0)
             if not record.candidate or record.realized is not None or n < 2:
+                return 0
+            if record.widens is not None and self._lazy[record.widens].realized is not None:
                 return 0
             return self._cost(key) * (n - 1)
 
@@ -533,6 +554,9 @@ class LoweringContext:
                 heapq.heappush(heap, (-w, neg_key))
                 continue
             record = self._lazy[key]
+            src = narrow_source(record)
+            if src is not None:
+                record = self._lazy[src]
             done = len(self._realized_keys)
             self.realize(record.value, record.stride)
             # Realizing a reshape realizes the value it reshapes: recount the readers of both.

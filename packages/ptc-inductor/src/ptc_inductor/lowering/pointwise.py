@@ -410,7 +410,16 @@ def _to_copy(ctx: LoweringContext, x: TensorValue, **kwargs: Any) -> TensorValue
     dtype = ctx.meta.dtype
     if torch.device(ctx.meta.device) != x.device:
         raise NotImplementedError(f"_to_copy across devices ({x.device} -> {ctx.meta.device})")
-    return make_pointwise(ctx, [x], lambda a: a, compute_dtype(x.dtype), dtype)
+    out = make_pointwise(ctx, [x], lambda a: a, compute_dtype(x.dtype), dtype)
+    if _widens_exactly(x.dtype, dtype):
+        ctx.mark_widening(out, x)
+    return out
+
+
+def _widens_exactly(src: torch.dtype, dst: torch.dtype) -> bool:
+    """True when every ``src`` value is a ``dst`` value (bfloat16 or float16 to float32 or float64, float32 to float64)."""
+    wider = {torch.bfloat16: (torch.float32, torch.float64), torch.float16: (torch.float32, torch.float64), torch.float32: (torch.float64,)}
+    return dst in wider.get(src, ())
 
 
 @register_lowering(aten.clone.default)
