@@ -244,3 +244,15 @@ def test_memory_efficient_attention_gets_its_bias_in_aligned_rows(dynamic: bool)
         assert strides[-1] == padded and all(s % 16 == 0 for s in strides), (length, strides)
         if not dynamic:
             break
+
+
+@pytest.mark.parametrize("backend", TRITON)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reductions_over_one_symbolic_row_share_one_loop_at_every_size(backend: str, dtype: torch.dtype) -> None:
+    def fn(x: Any) -> Any:
+        wide = aten._to_copy.default(x, dtype=torch.float32)
+        return aten.sum.dim_IntList(wide, [1]), aten.sum.dim_IntList(aten.mul.Tensor(wide, wide), [1]), aten.amax.default(wide, [1])
+
+    dyn = compile_dynamic(fn, D((6, 10), (0, 1), dtype), backend=backend)
+    assert dyn.compiled.cpp_source.count("for roffset in range(0, s1, RBLOCK):") == 1, dyn.compiled.cpp_source
+    dyn.run_all(sizes_of(s0=[6, 1025, 2], s1=[10, 3, 4099]))
