@@ -326,3 +326,24 @@ def test_the_shared_storage_check_passes_over_tensors_without_a_storage() -> Non
     wrapped = _NoStorage(torch.randn(3))
     assert not _writes_an_alias([a, wrapped], [0])
     assert _writes_an_alias([a, a.view(3), wrapped], [0])
+
+
+def _bn_train(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.batch_norm(x, mean, var, training=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_an_input_written_by_an_op_returning_another_dtype_gets_its_own_dtype_back(device: str, dtype: torch.dtype) -> None:
+    # CUDA's functional batch norm returns reduced-precision running statistics as float32;
+    # the in-place op stores them in their own dtype. The graph's new values must be in that
+    # dtype, or a compiler cannot store them over the inputs and the runtime converts a copy.
+    # (Traced on metadata only: no GPU needed.)
+    from ptc_spec.meta import META_KEY
+
+    metas = [TensorMeta.of((2, 3, 4, 4), dtype, device=device), TensorMeta.of((3,), dtype, device=device), TensorMeta.of((3,), dtype, device=device)]
+    functional = functionalize(trace_program(_bn_train, metas, joint=False).gm)
+    assert functional.mutated_inputs == (1, 2)
+    out = next(n for n in functional.gm.graph.nodes if n.op == "output")
+    new_values = out.args[0][functional.num_outputs : functional.num_outputs + 2]
+    assert [v.meta[META_KEY].dtype for v in new_values] == [dtype, dtype]

@@ -41,8 +41,16 @@ def test_cudnn_batch_norm_running_stats_become_graph_outputs() -> None:
 
     compiled = aot(fn, _cuda(make_inputs("conv_bn_relu")), record, record)
     assert compiled.programs[0].mutated_inputs == (4, 5)
+    compare_with_eager(compiled, fn, *_cuda(make_inputs("conv_bn_relu", seed=1)), grads=True, rtol=1e-3, atol=1e-3)  # runs the backward too
+    backwards = 0
     for gm in seen:
         for node in gm.graph.nodes:
-            if node.target is torch.ops.aten.cudnn_batch_norm.default:
-                assert node.args[3] is None and node.args[4] is None
-    compare_with_eager(compiled, fn, *_cuda(make_inputs("conv_bn_relu", seed=1)), grads=True, rtol=1e-3, atol=1e-3)
+            if node.target in (torch.ops.aten.cudnn_batch_norm.default, torch.ops.aten.cudnn_batch_norm_backward.default):
+                assert node.args[3] is None and node.args[4] is None, node.target
+                backwards += node.target is torch.ops.aten.cudnn_batch_norm_backward.default
+    assert backwards == 1
+    # The backward reads no running statistics, so the forward saves none of them (its outputs
+    # are the result, the two new running statistics, then the saved values).
+    placeholders = [n for n in seen[0].graph.nodes if n.op == "placeholder"]
+    (out,) = [n for n in seen[0].graph.nodes if n.op == "output"]
+    assert not {placeholders[4], placeholders[5]} & set(out.args[0][3:])

@@ -45,3 +45,27 @@ def test_a_training_batch_norm_saves_no_running_statistics(dtype: torch.dtype) -
     assert call.args[3] is None and call.args[4] is None
     # Saved: the input, the weight, the batch's mean and inverse deviation, the tanh output.
     assert graphs["forward"].meta[SAVED_OUTPUTS_KEY] == 5
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "dropped"),
+    [
+        # cuDNN's and MIOpen's backwards take the saved mean and inverse deviation, never the running ones.
+        (aten.cudnn_batch_norm_backward.default, ("x", "g", "w", "rm", "rv", "sm", "sv", 1e-5, "r"), True),
+        (aten.miopen_batch_norm_backward.default, ("x", "g", "w", "rm", "rv", "sm", "sv", 1e-5), True),
+        (aten.batch_norm_backward.default, ("g", "x", "w", "rm", "rv", "sm", "sv", True, 1e-5, [True] * 3, "r"), True),
+        # Without update (evaluation mode) the running statistics are what it normalized by.
+        (aten.batch_norm_backward.default, ("g", "x", "w", "rm", "rv", "sm", "sv", False, 1e-5, [True] * 3, "r"), False),
+        (aten.native_batch_norm_backward.default, ("g", "x", "w", "rm", "rv", "sm", "sv", False, 1e-5, [True] * 3), False),
+    ],
+)
+def test_running_statistics_are_dropped_exactly_where_the_backward_ignores_them(op: Any, args: tuple[Any, ...], dropped: bool) -> None:
+    from ptc_aot.ignored_args import drop_ignored_arguments
+
+    graph = torch.fx.Graph()
+    nodes = {name: graph.placeholder(name) for name in ("x", "g", "w", "rm", "rv", "sm", "sv", "r")}
+    call = graph.call_function(op, tuple(nodes.get(a, a) if isinstance(a, str) else a for a in args))
+    graph.output(call)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert drop_ignored_arguments(gm) == int(dropped)
+    assert (call.args[3], call.args[4]) == ((None, None) if dropped else (nodes["rm"], nodes["rv"]))

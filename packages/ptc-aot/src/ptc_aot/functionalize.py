@@ -140,6 +140,12 @@ class _Pass:
         """Make ``new`` the value of ``old`` (a view of some root) and update the root."""
         value = self.values[old]
         root = value.root
+        written, made = old.meta.get(META_KEY), new.meta.get(META_KEY)
+        if isinstance(written, TensorMeta) and isinstance(made, TensorMeta) and made.dtype != written.dtype:
+            # The in-place op stores into the written tensor's dtype (CUDA's functional batch
+            # norm returns bf16 running statistics as float32): the graph holds the stored
+            # value, so later reads and the new value handed back are what eager's tensor holds.
+            new = cast(torch.fx.Node, self.emit(aten._to_copy.default, new, dtype=written.dtype))
         root.current = self._scatter(root, value.chain, new, old)
         root.version += 1
         updated = _Value(root, value.chain, root.version, new)

@@ -5,7 +5,9 @@ mode (``train=False``); a training call uses the batch's saved mean and inverse 
 Functionalization hands it the *updated* running statistics, so the partition saved two tensors
 per batch norm for the backward, and the forward returned each of them twice (as the input's
 new value and as a saved value): ResNet-50 saved 106 tensors it never read, and no compiler
-could write the new statistics into the buffers they replace.
+could write the new statistics into the buffers they replace. ``batch_norm_backward`` reads them
+only without ``update``; cuDNN's and MIOpen's backwards never do (autograd calls them for
+training-mode batch norm alone, and they take the saved mean and inverse deviation).
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ import torch.fx
 
 aten = torch.ops.aten
 
-# op -> (position of the mode flag, the flag's value that leaves the arguments unread, their positions)
-_UNREAD: dict[torch._ops.OpOverload, tuple[int, bool, tuple[int, ...]]] = {
+# op -> (position of the mode flag, the flag's value that leaves the arguments unread, their
+# positions); no flag: the op never reads them.
+_UNREAD: dict[torch._ops.OpOverload, tuple[int | None, bool, tuple[int, ...]]] = {
     aten.native_batch_norm_backward.default: (7, True, (3, 4)),
+    aten.batch_norm_backward.default: (7, True, (3, 4)),
+    aten.cudnn_batch_norm_backward.default: (None, True, (3, 4)),
+    aten.miopen_batch_norm_backward.default: (None, True, (3, 4)),
 }
 
 
@@ -29,7 +35,7 @@ def drop_ignored_arguments(gm: torch.fx.GraphModule) -> int:
         if rule is None:
             continue
         flag, unread_when, positions = rule
-        if len(node.args) <= flag or node.args[flag] is not unread_when:
+        if flag is not None and (len(node.args) <= flag or node.args[flag] is not unread_when):
             continue
         if all(node.args[p] is None for p in positions):
             continue
