@@ -13,6 +13,7 @@ import torch.utils._pytree as pytree
 
 import ptc_spec
 from ptc_spec import META_KEY, DataDependentError, SymbolEnv, TensorMeta, TraceError, dynamic_meta, trace
+from ptc_spec.device_meta import norm_statistics_dtype
 from ptc_spec.testing import assert_same, compare_with_eager
 
 from .cases import CASES, SYMBOLIC_CASES
@@ -274,6 +275,29 @@ def test_norm_statistics_carry_the_traced_devices_dtype(call: Any, params: torch
 
     assert dtypes("cpu") == [t.dtype for t in call(x, w, r, lw)]
     assert dtypes("cuda") == [t.dtype for t in call(*(t.to("meta") for t in (x, w, r, lw)))]
+
+
+@pytest.mark.parametrize("functional", [True, False], ids=["functional", "in_place"])
+@pytest.mark.parametrize("params", [torch.bfloat16, torch.float32], ids=["bf16_params", "f32_params"])
+def test_batch_norm_with_update_statistics_carry_the_dtypes_its_kernels_return(functional: bool, params: torch.dtype) -> None:
+    # Its functional form updates clones of the running statistics and returns them in their
+    # own dtype on every device, where the meta kernel promotes them with float32: a compiled
+    # graph that read them at the meta kernel's dtype read bf16 memory as float32.
+    op = aten._batch_norm_with_update_functional.default if functional else aten._batch_norm_with_update.default
+    x, w = torch.randn(2, 3, 4, 4, dtype=torch.bfloat16), torch.randn(3, dtype=params)
+
+    def call(x: torch.Tensor, w: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(op(x, w, w, mean, var, 0.1, 1e-5))
+
+    def dtypes(device: str) -> list[torch.dtype]:
+        metas = [TensorMeta.from_tensor(t, device=torch.device(device)) for t in (x, w, torch.zeros(3, dtype=params), torch.ones(3, dtype=params))]
+        gm = trace(call, *metas)
+        (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+        return [a.meta[META_KEY].dtype for a in output.args[0]]
+
+    assert dtypes("cpu") == [t.dtype for t in call(x, w, torch.zeros(3, dtype=params), torch.ones(3, dtype=params))]
+    stats = norm_statistics_dtype("cuda", torch.bfloat16, params, params)
+    assert dtypes("cuda") == [torch.bfloat16, stats, stats, torch.uint8, *([params, params] if functional else [])]
 
 
 # -- symbolic sizes ---------------------------------------------------------------------------

@@ -174,9 +174,11 @@ def test_cuda_conv_net_training_step_matches_eager_and_writes_running_statistics
     # CUDA's batch norm hands reduced-precision running statistics back as float32: the
     # compiled kernels must still store them over the buffers, with no copy left to the runtime.
     # TF32 (cuDNN's default) rounds each algorithm differently: float32 is compared without it.
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    # (Through flags(): OpInfo's test helpers forbid setting cuDNN's flags directly.)
+    cudnn = torch.backends.cudnn
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    _train_conv_net(layout, "cuda", dtype, 1e-4 if dtype == torch.float32 else 3e-2, monkeypatch)
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic, allow_tf32=False):
+        _train_conv_net(layout, "cuda", dtype, 1e-4 if dtype == torch.float32 else 3e-2, monkeypatch)
 
 
 def _train_conv_net(layout: str, device: str, dtype: torch.dtype, tol: float, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,6 +216,24 @@ def _train_conv_net(layout: str, device: str, dtype: torch.dtype, tol: float, mo
     for (name, b), c, (eager_v, ours_v) in zip(eager.named_buffers(), model.buffers(), versions):
         torch.testing.assert_close(c, b, rtol=tol, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
         assert c._version - ours_v == 2 >= b._version - eager_v, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_with_update_writes_eager_running_statistics(dtype: torch.dtype) -> None:
+    # Its functional form runs as aten's kernel, which returns the running statistics in their
+    # own dtype: the graph must say so, or the kernels after it read bf16 memory as float32.
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.ops.aten._batch_norm_with_update(x, w, b, mean, var, 0.1, 1e-5))
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5, 5, generator=g).to(dtype), torch.rand(3, generator=g).to(dtype), torch.randn(3, generator=g).to(dtype)
+    mean, var = torch.randn(3, generator=g).to(dtype), (torch.rand(3, generator=g) + 0.5).to(dtype)
+    eager_mean, eager_var = mean.clone(), var.clone()
+    expected = fn(x, w, b, eager_mean, eager_var)
+    got = ptc.compile(fn)(x, w, b, mean, var)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert_same(got[:3], expected[:3], rtol=tol, atol=tol)
+    assert_same((mean, var), (eager_mean, eager_var), rtol=tol, atol=tol)
 
 
 def test_padded_logits_train_as_eager_and_come_back_in_eager_dim_order(monkeypatch: pytest.MonkeyPatch) -> None:

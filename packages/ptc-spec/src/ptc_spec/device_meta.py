@@ -149,6 +149,7 @@ _NORM_STATISTICS = frozenset({
     aten.native_layer_norm.default, aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default,
     aten._native_batch_norm_legit_functional.default, aten._batch_norm_no_update.default,
+    aten._batch_norm_with_update.default, aten._batch_norm_with_update_functional.default,
 })  # fmt: skip
 
 
@@ -177,6 +178,17 @@ def _cpu_statistics(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: 
 
 def run_meta(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device) -> Any:
     """``func`` over meta tensors ``args``, with the result layout and dtypes eager gives on ``device``."""
+    out = _run_meta(func, args, kwargs, device)
+    if func is aten._batch_norm_with_update_functional.default and isinstance(out, tuple):
+        # Its kernel (on every device) updates clones of the running statistics in place and
+        # returns them, in their own dtype; the meta kernel promotes them with float32 as
+        # _native_batch_norm_legit_functional's does.
+        bound = bound_arguments(func, args, kwargs)
+        out = (*out[:4], out[4].to(bound["running_mean"].dtype), out[5].to(bound["running_var"].dtype))
+    return out
+
+
+def _run_meta(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device) -> Any:
     plain = plain_meta(func, args, kwargs)
     if func in _NORM_STATISTICS and device.type == "cpu":
         return _cpu_statistics(func, args, kwargs, func(*args, **kwargs) if plain is NOT_HANDLED else plain)
