@@ -109,3 +109,13 @@ MODELS: dict[str, tuple[Callable[..., Any], Callable[[torch.Generator], list[Any
 
 def make_inputs(name: str, seed: int = 0) -> list[Any]:
     return MODELS[name][1](torch.Generator().manual_seed(seed))
+
+
+def keeping(graphs: dict[str, torch.fx.GraphModule], name: str) -> Callable[[torch.fx.GraphModule], torch.fx.GraphModule]:
+    """A compiler that records the graph it is given under ``graphs[name]`` and runs it as it is."""
+
+    def compiler(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        graphs[name] = gm
+        return gm
+
+    return compiler

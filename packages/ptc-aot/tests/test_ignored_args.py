@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from aot_models import keeping
 
 from ptc_aot import aot
 from ptc_aot.api import SAVED_OUTPUTS_KEY
@@ -21,19 +22,12 @@ def _batch_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mean: torch.T
 def test_a_training_batch_norm_saves_no_running_statistics(dtype: torch.dtype) -> None:
     graphs: dict[str, torch.fx.GraphModule] = {}
 
-    def keep(name: str) -> Any:
-        def compiler(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-            graphs[name] = gm
-            return gm
-
-        return compiler
-
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4, 3, 5, 5, generator=g).to(dtype).requires_grad_()
     w = torch.rand(3, generator=g).to(dtype).requires_grad_()
     b = torch.randn(3, generator=g).to(dtype).requires_grad_()
     mean, var = torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)
-    compiled = aot(_batch_norm, [x, w, b, mean, var], fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    compiled = aot(_batch_norm, [x, w, b, mean, var], fw_compiler=keeping(graphs, "forward"), bw_compiler=keeping(graphs, "backward"))
     eager_mean, eager_var = mean.clone(), var.clone()
     expected = _batch_norm(x, w, b, eager_mean, eager_var)
     got = compiled(x, w, b, mean, var)

@@ -21,6 +21,7 @@ from .errors import PtcAotError
 from .functionalize import functionalize
 from .ignored_args import drop_ignored_arguments
 from .partition import partition, tangents
+from .pool_offsets import save_pool_offsets
 from .program_cache import ProgramCache, ProgramParts
 from .runtime import CompiledProgram
 from .signature import Signature, dynamic_dims, make_dynamic
@@ -81,6 +82,8 @@ def compile_program(
             program.out_spec, None, env,
         )  # fmt: skip
     else:
+        if save_pool_offsets(functional.gm):
+            log.info("max pooling saves int8 window offsets for its backward")
         split = partition(functional, len(metas), config.partition)
         _stage("partition", start)
         _dump(config, f"joint{tag}", functional.gm)
