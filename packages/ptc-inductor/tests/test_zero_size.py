@@ -163,7 +163,7 @@ def test_zero_size_and_size_one_fallbacks_match_eager(shape: tuple[int, ...], ba
 
 def test_a_triton_launcher_over_no_points_launches_nothing() -> None:
     pytest.importorskip("triton")
-    from ptc_inductor.codegen.triton import TritonKernel
+    from ptc_inductor.triton_kernel import TritonKernel
     from ptc_inductor.triton_runtime import TritonLauncher, TritonOptions
 
     kernel = TritonKernel("kernel0", "", ("buf0",), (torch.float32,), "flat", 0, 0, 0, "tl.int32")

@@ -15,7 +15,7 @@ from .errors import BuildError, CodegenError, LoweringError, PtcInductorError, U
 # Public names and the module each comes from (attribute name there, when it differs).
 _LAZY: dict[str, tuple[str, str]] = {
     "ArtifactError": ("runtime.errors", "ArtifactError"),
-    "CompiledGraph": ("compiler", "CompiledGraph"),
+    "CompiledGraph": ("compiled", "CompiledGraph"),
     "Config": ("config", "Config"),
     "SymbolSource": ("size_sources", "SymbolSource"),
     "build_stats": ("build", "STATS"),

@@ -18,7 +18,7 @@ import safetensors.torch
 import torch
 
 from .artifact import encode_namespace
-from .compiler import CompiledGraph
+from .compiled import CompiledGraph
 from .config import Config
 from .runtime import artifact as layout
 from .runtime.cuda import MAX_POINTERS

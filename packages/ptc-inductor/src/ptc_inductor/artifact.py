@@ -26,9 +26,7 @@ import safetensors.torch
 import sympy
 import torch
 
-from .codegen.backend import KernelCall
-from .codegen.triton import TritonKernel
-from .compiler import CompiledGraph, compile_source
+from .compiled import CompiledGraph, KernelCall, compile_source
 from .config import Config
 from .runtime.errors import ArtifactError
 from .runtime.namespace import DTYPES as _DTYPES
@@ -36,6 +34,7 @@ from .runtime.namespace import FUNCTIONS as _FUNCTIONS
 from .runtime.namespace import build_namespace
 from .runtime.recycle import OutputRecycler
 from .size_sources import SymbolSource
+from .triton_kernel import TritonKernel
 
 FORMAT = "ptc-inductor-artifact/1"
 MANIFEST = "manifest.json"

@@ -2,73 +2,28 @@
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
-import hashlib
-import linecache
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import torch.fx
 
 from ptc_spec import TimedStep
 
 from . import debug, events, sizes
-from .codegen.backend import Backend, KernelCall, auto_backend, uses_triton
+from .codegen.backend import Backend, auto_backend, uses_triton
 from .codegen.wrapper import generate_wrapper
+from .compiled import CompiledGraph, compile_source
 from .config import Config, config_from_env
 from .lowering import lower_graph
 from .lowering.graph import LoweredGraph
 from .memory import MemoryPlan, input_donors, plan_memory
 from .scheduler import Kernel, Schedule, schedule
-from .size_sources import SymbolSource
 from .unfused_bias import unfuse_bias_adds
 
 log = logging.getLogger("ptc.inductor.compile")
 
 ACCEPTED_DIALECTS = ("core/1", "core/2")
-
-
-@dataclass(frozen=True)
-class CompiledGraph:
-    """A compiled graph: call it like the GraphModule; the generated code stays inspectable."""
-
-    call: Callable[..., Any]
-    cpp_source: str
-    wrapper_source: str
-    schedule: Schedule | None
-    """How the graph was scheduled; None for a graph loaded from an artifact."""
-    memory_plan: MemoryPlan | None
-    library_path: str | None
-    fallbacks: tuple[str, ...] = ()
-    """Ops run as their eager ATen kernel (fallback nodes), by qualified name, in graph order."""
-    symbols: tuple[SymbolSource, ...] = ()
-    """The size symbols the graph needs, each with the input dim (or stride, or SymInt input)
-    each call reads it from; empty for static sizes. Guards are not checked here."""
-    namespace: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
-    """The objects the wrapper's code reads (what ``artifact.save_artifact`` writes)."""
-    kernel_calls: dict[str, KernelCall] = dataclasses.field(default_factory=dict, repr=False)
-    loaded_kernel_count: int = 0
-    """``kernel_count`` of a graph loaded from an artifact (it keeps no schedule)."""
-    call_boxed: Callable[[list[Any]], Any] | None = None
-    """Runs the graph on a list of its inputs that it empties, freeing each input after its last
-    use once no one else holds it (a backward's saved tensors); None for a wrapper without it."""
-
-    def __call__(self, *args: Any) -> Any:
-        """Run the compiled graph on ``args`` (the graph's placeholders, in order)."""
-        return self.call(*args)
-
-    def symbol_values(self, *args: Any) -> dict[str, int]:
-        """The value each size symbol takes for the inputs ``args`` (what a call reads from them)."""
-        return {s.name: s.read(args) for s in self.symbols}
-
-    @property
-    def kernel_count(self) -> int:
-        """Number of generated kernels."""
-        return self.loaded_kernel_count if self.schedule is None else len(self.schedule.kernels)
 
 
 def _check_dialect(gm: torch.fx.GraphModule) -> None:
@@ -144,15 +99,6 @@ def _compile_lowered(lowered: LoweredGraph, cfg: Config, backend: Backend) -> Co
         namespace["call"], source, wrapper.source, sched, plan, path, lowered.fallbacks, wrapper.symbols,
         namespace=dict(wrapper.namespace), kernel_calls=built.calls, call_boxed=namespace.get("call_boxed"),
     )
-
-
-def compile_source(text: str) -> Any:
-    """Byte-compile the generated wrapper (``compile`` here is ours, so reach the builtin explicitly)."""
-    # A name per wrapper, its lines in linecache: tracebacks, profilers and allocator
-    # histories then show the wrapper line that launched a kernel or allocated a buffer.
-    name = f"<ptc_inductor wrapper {hashlib.sha256(text.encode()).hexdigest()[:12]}>"
-    linecache.cache[name] = (len(text), None, text.splitlines(keepends=True), name)
-    return builtins.compile(text, name, "exec")
 
 
 def _write_debug(path: str, lowered: LoweredGraph, sched: Schedule, plan: MemoryPlan, source: str, wrapper: str) -> None:

@@ -16,12 +16,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from .codegen.triton import TritonKernel, generate_triton_kernel
+from .codegen.triton import generate_triton_kernel
 from .config import Config, config_from_env
 from .errors import LoweringError
 from .ir import BufferArg, ExternNode
 from .lowering import lower_graph
 from .scheduler import Kernel, Schedule, schedule
+from .triton_kernel import TritonKernel
 from .triton_runtime import TritonLauncher, load_launchers, triton_options
 
 log = logging.getLogger("ptc.inductor.triton")

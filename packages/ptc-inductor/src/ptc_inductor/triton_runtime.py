@@ -35,12 +35,12 @@ import torch
 
 from ptc_spec.meta import storage_span
 
-from .codegen.triton import TritonKernel
 from .codegen.triton_heuristics import LaunchConfig, candidate_configs, default_config, next_pow2
 from .config import Config
 from .errors import CodegenError
 from .runtime.cuda import MAX_POINTERS, KernelBinary, LoadedKernel, load_binary, raw_stream
 from .triton_interpret import INTERPRETER_GLOBALS, interpreting
+from .triton_kernel import TritonKernel
 
 log = logging.getLogger("ptc.inductor.triton")
 

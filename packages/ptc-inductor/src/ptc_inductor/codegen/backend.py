@@ -9,28 +9,16 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
+from ..compiled import KernelCall
 from ..config import Config, triton_device
 from ..ir import Buffer
 from ..memory import MemoryPlan
 from ..scheduler import Kernel, Schedule
-
-
-@dataclass(frozen=True, slots=True)
-class KernelCall:
-    """How the wrapper calls one kernel: ``fn(*buffers, *sizes)`` over ``params`` (buffer names),
-    then the values of the size symbols named in ``sizes`` (ints, read once per call)."""
-
-    name: str
-    fn: Callable[..., Any]
-    params: tuple[str, ...]
-    pointers: bool
-    sizes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from ..ir import Buffer, ComputedNode
 from ..memory import inner_loops, shared_index
 from ..scheduler import CHUNK, ROW, Kernel, Schedule, partial_index
 from ..sizes import Size, equal, known_multiple, static_value, upper_bound
+from ..triton_kernel import TritonKernel
 from ..virtualized import set_ops_handler
 from . import triton_heuristics as heur
 from .index_print import PYTHON, TRITON, IndexPrinter
@@ -42,38 +43,6 @@ from .triton_reduction import emit_reduction, emit_row_accumulation
 
 INT32_LIMIT = 2**31 - 2**17
 """Indices stay 32-bit when every value they reach (padding included) is below this."""
-
-
-@dataclass(frozen=True, slots=True)
-class TritonKernel:
-    """Generated Triton source of one kernel, its parameters and what the launcher needs to size it.
-
-    ``style`` is "flat" (1D tiles), "persistent" or "looped" (2D tiles); ``rnumel`` is the
-    largest flattened inner range (0 for flat kernels); ``rblock`` the fixed RBLOCK of a
-    persistent kernel (0 otherwise); ``strided`` is set when a reduction reads memory that is
-    not contiguous along its reduced dim (a column sum), which wants tall tiles.
-
-    With symbolic sizes, ``xnumel`` and ``rnumel`` are expressions over the size symbols named
-    in ``sizes`` (the kernel's int64 arguments, after the pointers): the launcher computes the
-    grid from them at each call; block sizes are chosen from ``xnumel_hint``/``rnumel_hint``.
-    """
-
-    name: str
-    source: str
-    params: tuple[str, ...]
-    param_dtypes: tuple[torch.dtype, ...]
-    style: str
-    xnumel: Size
-    rnumel: Size
-    rblock: int
-    index_dtype: str
-    strided: bool = False
-    origins: tuple[str, ...] = ()
-    sizes: tuple[str, ...] = ()
-    xnumel_source: str = ""
-    """``xnumel`` as a Python expression over the ``sizes`` names (empty when static)."""
-    xnumel_hint: int = 0
-    rnumel_hint: int = 0
 
 
 def _numel(dims: Sequence[Size]) -> Size:

@@ -11,6 +11,7 @@ from typing import Any
 import sympy
 import torch
 
+from ..compiled import KernelCall
 from ..config import Config
 from ..ir import BufferArg, ExternNode, FloatSize, Layout
 from ..lowering.fallback import op_name
@@ -22,7 +23,6 @@ from ..runtime.recycle import RECYCLE_MIN_BYTES, OutputRecycler
 from ..scheduler import Kernel, Schedule
 from ..size_sources import SymbolSource, find_sources
 from ..sizes import hint, static_value
-from .backend import KernelCall
 from .index_print import PYTHON, IndexPrinter, python_float
 
 
