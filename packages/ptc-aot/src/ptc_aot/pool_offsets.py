@@ -45,7 +45,10 @@ def _rewrite(graph: torch.fx.Graph, pool: torch.fx.Node) -> bool:
     readers = list(index.users)
     params = _pool_args(pool)
     # The index must reach nothing but backwards of a pool with these very windows, as their ``indices``.
-    if not readers or any(r.target is not aten.max_pool2d_with_indices_backward.default or r.args[7] is not index or _backward_args(r) != params for r in readers):
+    if not readers or any(
+        r.target is not aten.max_pool2d_with_indices_backward.default or len(r.args) != 8 or r.args[7] is not index or _backward_args(r) != params
+        for r in readers
+    ):
         log.debug("%s: its indices are read by %s", pool.name, [f"{r.target}" for r in readers])
         return False
     x, meta = pool.args[0], index.meta.get(META_KEY)
