@@ -159,6 +159,16 @@ MANUAL: dict[Any, list[Sample]] = {
         lambda: ((r(1, 2, 9, 9), [8, 8], [1, 1], [2, 2], [1, 1], False), {}),  # over the chained-window limit
         lambda: ((_special(2, 3, 7, 7, dtype=torch.float16), [3, 3], [2, 2], [1, 1], [1, 1], True), {}),
     ],
+    # Over eager's own indices: ties, NaNs, overlapping windows, dilation, ceil mode, channels-last.
+    aten.max_pool2d_with_indices_backward.default: [
+        lambda: _pool_grad((2, 3, 7, 9), [3, 3], [2, 2], [1, 1], [1, 1], False),
+        lambda: _pool_grad((1, 2, 8, 8), [3, 2], [2, 3], [1, 1], [2, 1], True, dtype=torch.bfloat16),
+        lambda: _pool_grad((2, 5, 6), [2, 2], [1, 1], [0, 0], [1, 1], False),
+        lambda: _pool_grad((1, 2, 5, 5), [1, 1], [2, 2], [0, 0], [1, 1], False),
+        lambda: _pool_grad((1, 2, 9, 9), [8, 8], [1, 1], [2, 2], [1, 1], False),  # 64 windows a position
+        lambda: _pool_grad((2, 3, 7, 7), [3, 3], [2, 2], [1, 1], [1, 1], True, dtype=torch.float16, channels_last=True),
+        lambda: _pool_grad((2, 4, 12, 10), [4, 4], [1, 1], [2, 2], [1, 1], False),  # 16 a position (bf16: eager sums in bf16)
+    ],
     aten.avg_pool2d.default: [
         lambda: ((r(2, 3, 7, 9, dtype=torch.bfloat16), [3, 3], [2, 2], [1, 1], True, False, None), {}),
         lambda: ((r(1, 2, 6, 5), [2, 3], [1, 2], [1, 1], False, True, 5), {}),
@@ -174,6 +184,20 @@ def _special(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     flat[:: 7] = float("nan")
     flat[3:: 11] = float("-inf")
     return x
+
+
+def _pool_grad(
+    shape: tuple[int, ...], kernel: list[int], stride: list[int], pad: list[int], dilation: list[int], ceil: bool,
+    dtype: torch.dtype = torch.float32, channels_last: bool = False,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A max pool backward's arguments: eager's own indices of a pool over ``_special`` values."""
+    x = _special(*shape, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    out, indices = aten.max_pool2d_with_indices.default(x, kernel, stride, pad, dilation, ceil)
+    return (r(*out.shape, dtype=dtype, seed=3), x, kernel, stride, pad, dilation, ceil, indices), {}
+
+
 # Ops eager cannot run here (cuDNN needs CUDA): compared with the CPU op of the same meaning.
 def _cudnn_batch_norm(*a: Any) -> tuple[torch.Tensor, ...]:
     out, mean, rstd = aten.native_batch_norm.default(*a)
