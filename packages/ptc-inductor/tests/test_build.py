@@ -77,3 +77,74 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path: Path, damage: str) -> None:
     assert (STATS.compiles, STATS.rebuilt_corrupt) == (before[0] + 1, before[1] + 1)
     x = torch.randn(3, 3)
     torch.testing.assert_close(second(x), fn(x))
+
+
+def _pch_graph(tmp_path: Path, **fields: object) -> tuple[object, Path]:
+    import torch
+    from conftest import trace_core
+
+    import ptc_inductor
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.mul.Tensor(torch.ops.aten.tanh.default(x), 0.5)
+
+    config = ptc_inductor.Config(cache_dir=str(tmp_path / "cache"), **fields)  # type: ignore[arg-type]
+    compiled = ptc_inductor.compile(trace_core(fn, torch.randn(7, 9)), config=config)
+    x = torch.randn(7, 9)
+    torch.testing.assert_close(compiled(x), fn(x))
+    return compiled, tmp_path / "cache" / "pch"
+
+
+def _machine_code(so: Path) -> list[str]:
+    """The disassembly of ``so``'s code, addresses included: equal lists are equal code."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)], capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if not line.endswith("file format elf64-x86-64")]
+
+
+def test_the_prelude_is_precompiled_once_and_the_code_built_with_it_is_the_same(tmp_path: Path) -> None:
+    import shutil
+
+    from ptc_inductor.build import _PCH, clear_memory_cache
+
+    with_pch, pch_dir = _pch_graph(tmp_path / "on")
+    headers = sorted(pch_dir.glob("*/prelude.h.gch"))
+    assert len(headers) == 1 and headers[0].stat().st_size > 1_000_000, headers
+    # The cache entry keeps the whole source (prelude included), so it stays a readable record.
+    from ptc_inductor.codegen.cpp_prelude import PRELUDE
+
+    assert Path(str(with_pch.library_path)[:-3] + ".cpp").read_text().startswith(PRELUDE)  # type: ignore[attr-defined]
+    clear_memory_cache()
+    without_pch, off_dir = _pch_graph(tmp_path / "off", cxx_pch=False)
+    assert not off_dir.exists()
+    if shutil.which("objdump"):
+        assert _machine_code(Path(str(with_pch.library_path))) == _machine_code(Path(str(without_pch.library_path)))  # type: ignore[attr-defined]
+    assert any(path and path.startswith(str(pch_dir)) for path in _PCH.values())
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_precompiled_header_costs_time_not_results(tmp_path: Path, damage: str) -> None:
+    from ptc_inductor.build import _PCH, clear_memory_cache
+
+    _, pch_dir = _pch_graph(tmp_path / "first")
+    (gch,) = pch_dir.glob("*/prelude.h.gch")
+    data = gch.read_bytes()
+    gch.write_bytes(data[: len(data) // 3] if damage == "truncate" else b"not a precompiled header")
+    # A new process (here: a cleared in-memory state and a new graph) builds against the damaged file.
+    _PCH.clear()
+    clear_memory_cache()
+    import torch
+    from conftest import trace_core
+
+    import ptc_inductor
+
+    def other(x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.sub.Tensor(torch.ops.aten.exp.default(x), 1.0)
+
+    config = ptc_inductor.Config(cache_dir=str(tmp_path / "first" / "cache"))
+    compiled = ptc_inductor.compile(trace_core(other, torch.randn(4, 5)), config=config)
+    x = torch.randn(4, 5)
+    torch.testing.assert_close(compiled(x), other(x))
+    third = ptc_inductor.compile(trace_core(other, torch.randn(2, 3)), config=config)
+    torch.testing.assert_close(third(x[:2, :3]), other(x[:2, :3]))
+    # The damaged file was replaced: the next build precompiles the prelude again and uses it.
+    assert len(gch.read_bytes()) > 1_000_000

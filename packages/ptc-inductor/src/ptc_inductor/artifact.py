@@ -190,8 +190,9 @@ def _load_kernels(manifest: dict[str, Any], path: str, config: Config) -> dict[s
     cpp = {name: k for name, k in manifest["kernels"].items() if k["backend"] == "cpp"}
     if cpp:
         from .build import load_library
+        from .codegen.cpp_prelude import PRELUDE
 
-        library, _ = load_library(manifest["cpp_source"], config)
+        library, _ = load_library(manifest["cpp_source"], config, header=PRELUDE)
         for name, k in cpp.items():
             fn = getattr(library, name)
             fn.argtypes = [ctypes.c_void_p] * (len(k["params"]) + len(k["sizes"]))

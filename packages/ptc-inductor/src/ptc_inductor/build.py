@@ -72,18 +72,38 @@ def _file_digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _compile(source: str, so_path: str, config: Config, flags: Sequence[str]) -> None:
+def _compile(source: str, so_path: str, config: Config, flags: Sequence[str], header: str = "") -> None:
     directory = os.path.dirname(so_path)
     os.makedirs(directory, exist_ok=True)
     fd, cpp_tmp = tempfile.mkstemp(suffix=".cpp", dir=directory)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(source)
     so_tmp = cpp_tmp[:-4] + ".so"
-    cmd = [config.cxx, "-std=c++17", *flags, cpp_tmp, "-o", so_tmp]
+    built_from, extra = cpp_tmp, []
+    pch = _precompiled_header(header, config, flags) if header and source.startswith(header) else None
+    if pch is not None:
+        # The same translation unit with its header read from the precompiled one: the machine
+        # code is identical, and gcc skips re-parsing ~30k lines of standard headers per graph.
+        built_from = cpp_tmp[:-4] + ".pch.cpp"
+        with open(built_from, "w", encoding="utf-8") as f:
+            f.write(source[len(header) :])
+        extra = ["-include", pch, "-Winvalid-pch"]
+    cmd = [config.cxx, "-std=c++17", *flags, *extra, built_from, "-o", so_tmp]
     log.debug("compiling: %s", " ".join(cmd))
     try:
         result = subprocess.run(cmd, capture_output=True, text=True)
         STATS.compiles += 1
+        if result.returncode != 0 and pch is not None:
+            # gcc falls back to the text header for a stale .gch, but stops on a damaged one.
+            # The whole source decides: if it builds, the .gch was at fault and is made again.
+            result = subprocess.run([config.cxx, "-std=c++17", *flags, cpp_tmp, "-o", so_tmp], capture_output=True, text=True)
+            if result.returncode == 0:
+                log.warning("the precompiled C++ prelude %s.gch is damaged; building it again", pch)
+                _forget_precompiled_header(pch)
+        elif pch is not None and "-Winvalid-pch" in result.stderr:
+            # Built from the text header: right code, but every later build would be slow too.
+            log.warning("the precompiled C++ prelude %s.gch was not usable; building it again", pch)
+            _forget_precompiled_header(pch)
         if result.returncode != 0:
             raise BuildError(f"{config.cxx} failed on generated code ({cpp_tmp}):\n{result.stderr[-4000:]}")
         digest = _file_digest(so_tmp)
@@ -94,9 +114,54 @@ def _compile(source: str, so_path: str, config: Config, flags: Sequence[str]) ->
             f.write(digest)
         os.replace(sum_tmp, so_path + ".sha256")
     finally:
-        for leftover in (cpp_tmp, so_tmp):
+        for leftover in {cpp_tmp, so_tmp, built_from}:
             if os.path.exists(leftover) and leftover not in (so_path,):
                 os.unlink(leftover)
+
+
+_PCH: dict[str, str | None] = {}
+
+
+def _forget_precompiled_header(path: str) -> None:
+    _PCH.pop(os.path.dirname(path), None)
+    try:
+        os.unlink(path + ".gch")
+    except OSError:
+        pass
+
+
+def _precompiled_header(header: str, config: Config, flags: Sequence[str]) -> str | None:
+    """The path of ``header`` written beside its gcc precompiled form for ``flags``, or None.
+
+    None when the compiler is not gcc or the header does not precompile: the caller then
+    compiles the whole source as it is. A .gch that gcc finds stale or damaged costs one
+    build's time and is made again (``_compile``), never a different result.
+    """
+    if not config.cxx_pch or "clang" in _compiler_id(config.cxx).lower():
+        return None
+    used = [f for f in flags if f != "-shared"]
+    directory = os.path.join(config.cache_dir, "pch", cache_key(header, config, used))
+    if directory in _PCH:
+        return _PCH[directory]
+    path = os.path.join(directory, "prelude.h")
+    found: str | None = path
+    if not os.path.exists(path + ".gch"):
+        os.makedirs(directory, exist_ok=True)
+        tag = f".{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(path + tag, "w", encoding="utf-8") as f:
+            f.write(header)
+        os.replace(path + tag, path)
+        cmd = [config.cxx, "-std=c++17", *used, "-x", "c++-header", path, "-o", path + ".gch" + tag]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode == 0:
+            os.replace(path + ".gch" + tag, path + ".gch")
+        else:
+            log.debug("precompiling the C++ prelude failed; building without it:\n%s", result.stderr[-2000:])
+            found = None
+            if os.path.exists(path + ".gch" + tag):
+                os.unlink(path + ".gch" + tag)
+    _PCH[directory] = found
+    return found
 
 
 def _valid(so_path: str) -> bool:
@@ -114,7 +179,8 @@ def _entry_path(source: str, config: Config, flags: Sequence[str]) -> str:
 
 
 def _load_cached(
-    so_path: str, source: str, config: Config, flags: Sequence[str], load: Callable[[str], T], errors: tuple[type[Exception], ...]
+    so_path: str, source: str, config: Config, flags: Sequence[str], load: Callable[[str], T], errors: tuple[type[Exception], ...],
+    header: str = "",
 ) -> T:
     """Load the cache entry ``so_path`` of ``source`` with ``load``; build it on a miss, rebuild it when corrupt."""
     loaded: T | None = None
@@ -128,7 +194,7 @@ def _load_cached(
         if os.path.exists(so_path):
             STATS.rebuilt_corrupt += 1
             log.warning("cache entry %s is corrupt; rebuilding it", so_path)
-        _compile(source, so_path, config, flags)
+        _compile(source, so_path, config, flags, header)
         try:
             loaded = load(so_path)
         except errors as exc:
@@ -136,8 +202,12 @@ def _load_cached(
     return loaded
 
 
-def load_library(source: str, config: Config) -> tuple[ctypes.CDLL, str]:
-    """Return the loaded shared library for ``source`` (compiling only on a cache miss) and its path."""
+def load_library(source: str, config: Config, header: str = "") -> tuple[ctypes.CDLL, str]:
+    """Return the loaded shared library for ``source`` (compiling only on a cache miss) and its path.
+
+    ``header``, when ``source`` starts with it, is precompiled once per compiler and flags and
+    reused by every build (see ``_precompiled_header``); the cache key is still the whole source.
+    """
     start = time.perf_counter()
     so_path = _entry_path(source, config, config.cxx_flags)
     with _LOCK:
@@ -147,7 +217,7 @@ def load_library(source: str, config: Config) -> tuple[ctypes.CDLL, str]:
             _report_build(so_path, start, "memory hit")
             return known, so_path
         compiles = STATS.compiles
-        lib = _load_cached(so_path, source, config, config.cxx_flags, ctypes.CDLL, (OSError,))
+        lib = _load_cached(so_path, source, config, config.cxx_flags, ctypes.CDLL, (OSError,), header)
         _LOADED[so_path] = lib
         _report_build(so_path, start, "built" if STATS.compiles > compiles else "disk hit")
         return lib, so_path

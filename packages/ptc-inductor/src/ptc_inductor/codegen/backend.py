@@ -42,12 +42,13 @@ def cpp_backend(sched: Schedule, plan: MemoryPlan, buffers: dict[str, Buffer], c
     """The C++/OpenMP backend: one translation unit per graph, built with g++, called through ctypes."""
     from ..build import load_library
     from .cpp_kernel import generate_kernel, generate_source
+    from .cpp_prelude import PRELUDE
 
     kernels = [generate_kernel(k, buffers, sched.accesses, config, plan.local, plan.aliased) for k in sched.kernels]
     source = generate_source(kernels)
     if not kernels:
         return BackendOutput({}, source, None)
-    library, path = load_library(source, config)
+    library, path = load_library(source, config, header=PRELUDE)
     calls: dict[str, KernelCall] = {}
     for k in kernels:
         fn = getattr(library, k.name)
