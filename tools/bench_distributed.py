@@ -140,7 +140,14 @@ def _run(impl: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
     store, out = workdir / f"{impl}.store", workdir / f"{impl}.json"
     try:
-        spawn(_worker, args=(impl, str(store), args, str(out)), nprocs=WORLD, join=True)
+        context = spawn(_worker, args=(impl, str(store), args, str(out)), nprocs=WORLD, join=False)
+        deadline = time.monotonic() + args.impl_timeout
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                # A hung collective would stop every later row: this one is reported and killed.
+                for process in context.processes:
+                    process.kill()
+                return {"impl": impl, "error": f"no result within {args.impl_timeout:.0f} s"}
     except Exception as exc:  # one implementation failing is a row of the table, not the end of the run
         return {"impl": impl, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:160]}"}
     result: dict[str, Any] = json.loads(out.read_text())
@@ -171,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--impl-timeout", type=float, default=600, help="seconds an implementation may take before its row says so")
     args = parser.parse_args(argv)
     impls = [i for i in args.impls.split(",") if i]
     unknown = sorted(set(impls) - set(IMPLS))
@@ -181,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and torch.cuda.device_count() < WORLD:
         parser.error(f"--device cuda needs {WORLD} GPUs, this machine has {torch.cuda.device_count()}")
     os.environ.setdefault("PYTHONPATH", os.pathsep.join(str(p) for p in sorted((ROOT / "packages").glob("*/src"))))
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        results = [_run(impl, args, Path(tmp)) for impl in impls]
+        for impl in impls:
+            results.append(_run(impl, args, Path(tmp)))
+            # Each row as it is done (a run cut short keeps the rows it has).
+            print(_table(results).splitlines()[-1], flush=True)
     table = _table(results)
     sys.stdout.write(f"{'small GPT' if args.small else 'GPT-2 124M'}, {args.device}, {args.dtype}, {WORLD} ranks\n{table}\n")
     if args.json:

@@ -10,6 +10,7 @@
 #   bash tools/gpu_check.sh compile   # cold-compile stage tables (tools/profile_compile.py; WORKLOADS=name:dynamic ...)
 #   bash tools/gpu_check.sh dynamic   # dynamic shapes: capture suite, ptc's dynamic tests on cuda,
 #                                     # tools/bench_dynamic.py --device cuda --kernels
+#   bash tools/gpu_check.sh distributed   # 2 GPUs: tests/test_distributed.py -m gpu, then (BENCH_IMPLS=...) bench_distributed
 #   bash tools/gpu_check.sh correctness [SECONDS]   # real models x precisions, the OpInfo sweep beside
 #                                                   # torch.compile (float32, bf16) and the gpu tests, at once
 set -uo pipefail
@@ -61,6 +62,22 @@ if [ "$what" = dynamic ]; then
   grep -E "^(FAILED|ERROR)" /tmp/dyn.log | head -20
   [[ "${DYNAMIC_PARTS:-tests,bench}" == *bench* ]] && python3 tools/bench_dynamic.py --device cuda --kernels \
     --impls "${BENCH_IMPLS:-ptc,torch.compile}" --json "$OUT/bench-dynamic-cuda.json" 2>&1 | tee "$OUT/bench-dynamic-cuda.log" | tail -30
+  exit 0
+fi
+
+if [ "$what" = distributed ]; then
+  # On nvidia-h200-x2: NCCL's NVLink multicast stays off (the device tool's KINDS.md says why),
+  # in the ranks' environments too (they inherit this one). A rank stuck in a collective dumps
+  # its stack after RANK_TIMEOUT s (tests/test_distributed.py) instead of hanging the lease.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PTC_TEST_RANK_TIMEOUT=${RANK_TIMEOUT:-150}
+  python3 -c 'import torch; print("GPUs:", torch.cuda.device_count())'
+  (cd packages/ptc && timeout "${TESTS_S:-300}" python3 -m pytest tests/test_distributed.py -m gpu -v -p no:cacheprovider \
+    --timeout "${TEST_TIMEOUT:-170}" > "$OUT/distributed-tests.log" 2>&1)
+  grep -E "PASSED|FAILED|ERROR|SKIPPED|Timeout|passed|failed|Fatal|File .*ptc" "$OUT/distributed-tests.log" | head -40
+  if [ -n "${BENCH_IMPLS:-}" ]; then
+    timeout "${BENCH_S:-300}" python3 tools/bench_distributed.py --device cuda --impls "$BENCH_IMPLS" --steps "${STEPS:-10}" --warmup 3 \
+      --impl-timeout "${IMPL_TIMEOUT:-150}" --json "$OUT/bench-distributed.json" 2>&1 | tee "$OUT/bench-distributed.log" | grep -v Warning | tail -12
+  fi
   exit 0
 fi
 
