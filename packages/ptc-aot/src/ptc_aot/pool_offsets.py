@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ptc_spec import META_KEY, TensorMeta
+from ptc_spec import META_KEY, TensorMeta, run_meta
 
 aten = torch.ops.aten
 
@@ -114,7 +114,7 @@ def _position(graph: torch.fx.Graph) -> Any:
 
 
 class _Emitter:
-    """Adds calls at the graph's insertion point, each with the metadata its meta kernel gives."""
+    """Adds calls at the graph's insertion point, each with the metadata eager gives on the device."""
 
     def __init__(self, graph: torch.fx.Graph, device: torch.device) -> None:
         self.graph, self.device = graph, device
@@ -130,7 +130,8 @@ class _Emitter:
                 return torch.device("meta")
             return a
 
-        result = op(*[meta_value(a) for a in args], **{k: meta_value(v) for k, v in kwargs.items()})
+        # run_meta: the layout and dtype eager gives on the graph's device, as for every other node.
+        result = run_meta(op, tuple(meta_value(a) for a in args), {k: meta_value(v) for k, v in kwargs.items()}, self.device)
         node = self.graph.call_function(op, args, kwargs)
         node.meta[META_KEY] = TensorMeta.from_tensor(result, device=self.device)
         return node
