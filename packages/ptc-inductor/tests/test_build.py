@@ -101,14 +101,17 @@ def _machine_code(so: Path) -> list[str]:
     return [line for line in out.splitlines() if not line.endswith("file format elf64-x86-64")]
 
 
-def test_the_prelude_is_precompiled_once_and_the_code_built_with_it_is_the_same(tmp_path: Path) -> None:
+def test_the_prelude_is_precompiled_once_and_the_code_built_with_it_is_the_same(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import shutil
 
-    from ptc_inductor.build import _PCH, clear_memory_cache
+    from ptc_inductor.build import clear_memory_cache
 
-    with_pch, pch_dir = _pch_graph(tmp_path / "on")
+    with caplog.at_level("DEBUG", logger="ptc.inductor.cache"):
+        with_pch, pch_dir = _pch_graph(tmp_path / "on")
     headers = sorted(pch_dir.glob("*/prelude.h.gch"))
     assert len(headers) == 1 and headers[0].stat().st_size > 1_000_000, headers
+    (command,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling:")]
+    assert f"-include {headers[0].with_suffix('')}" in command, command
     # The cache entry keeps the whole source (prelude included), so it stays a readable record.
     from ptc_inductor.codegen.cpp_prelude import PRELUDE
 
@@ -118,7 +121,6 @@ def test_the_prelude_is_precompiled_once_and_the_code_built_with_it_is_the_same(
     assert not off_dir.exists()
     if shutil.which("objdump"):
         assert _machine_code(Path(str(with_pch.library_path))) == _machine_code(Path(str(without_pch.library_path)))  # type: ignore[attr-defined]
-    assert any(path and path.startswith(str(pch_dir)) for path in _PCH.values())
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -148,3 +150,26 @@ def test_a_damaged_precompiled_header_costs_time_not_results(tmp_path: Path, dam
     torch.testing.assert_close(third(x[:2, :3]), other(x[:2, :3]))
     # The damaged file was replaced: the next build precompiles the prelude again and uses it.
     assert len(gch.read_bytes()) > 1_000_000
+
+
+def test_a_removed_cache_directory_gets_its_precompiled_header_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import shutil
+
+    import torch
+    from conftest import trace_core
+
+    import ptc_inductor
+
+    _, pch_dir = _pch_graph(tmp_path)
+    shutil.rmtree(tmp_path / "cache")  # as `rm -rf` by hand would, with this process's memory of it kept
+
+    def other(x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.add.Tensor(torch.ops.aten.sin.default(x), 1.0)
+
+    config = ptc_inductor.Config(cache_dir=str(tmp_path / "cache"))
+    with caplog.at_level("WARNING", logger="ptc.inductor.cache"):
+        compiled = ptc_inductor.compile(trace_core(other, torch.randn(3, 8)), config=config)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(compiled(x), other(x))
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert len(list(pch_dir.glob("*/prelude.h.gch"))) == 1

@@ -141,8 +141,9 @@ def _precompiled_header(header: str, config: Config, flags: Sequence[str]) -> st
         return None
     used = [f for f in flags if f != "-shared"]
     directory = os.path.join(config.cache_dir, "pch", cache_key(header, config, used))
-    if directory in _PCH:
-        return _PCH[directory]
+    known = _PCH.get(directory, "")
+    if known is None or (known and os.path.exists(known)):
+        return known  # None: it did not precompile; a path: still there (a cleared cache has none)
     path = os.path.join(directory, "prelude.h")
     found: str | None = path
     if not os.path.exists(path + ".gch"):
@@ -244,3 +245,4 @@ def clear_memory_cache() -> None:
     """Forget the libraries loaded in this process, so the next compile consults the disk again."""
     with _LOCK:
         _LOADED.clear()
+        _PCH.clear()
