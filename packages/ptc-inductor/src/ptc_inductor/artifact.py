@@ -190,9 +190,10 @@ def _load_kernels(manifest: dict[str, Any], path: str, config: Config) -> dict[s
     cpp = {name: k for name, k in manifest["kernels"].items() if k["backend"] == "cpp"}
     if cpp:
         from .build import load_library
-        from .codegen.cpp_prelude import PRELUDE
 
-        library, _ = load_library(manifest["cpp_source"], config, header=PRELUDE)
+        # No precompiled prelude here: that would import code generation into every warm start,
+        # for the rare entry whose library the kernel cache lost (rebuilt at the full cost).
+        library, _ = load_library(manifest["cpp_source"], config)
         for name, k in cpp.items():
             fn = getattr(library, name)
             fn.argtypes = [ctypes.c_void_p] * (len(k["params"]) + len(k["sizes"]))
