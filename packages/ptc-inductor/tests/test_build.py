@@ -190,3 +190,20 @@ def test_a_removed_cache_directory_gets_its_precompiled_header_again(tmp_path: P
     assert not caplog.records, [r.getMessage() for r in caplog.records]
     wait_for_precompiled_headers()
     assert len(list(pch_dir.glob("*/prelude.h.gch"))) == 1
+
+
+def test_a_forked_child_leaves_its_parents_precompilation_to_the_parent(tmp_path: Path) -> None:
+    from ptc_inductor import build
+
+    _pch_graph(tmp_path)
+    assert build._PCH_BUILDS, "the first build started precompiling the prelude"
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no build in flight that it could take for its own
+        os.write(writer, b"1" if not build._PCH_BUILDS else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(reader, 1) == b"1"
+    build.wait_for_precompiled_headers()
+    (gch,) = (tmp_path / "cache" / "pch").glob("*/prelude.h.gch")
+    assert gch.stat().st_size > 1_000_000

@@ -128,6 +128,9 @@ def _compile(source: str, so_path: str, config: Config, flags: Sequence[str], he
 _PCH_AFTER_BUILDS = 2
 _PCH: dict[str, str | None] = {}  # directory -> the usable header, or None: it does not precompile
 _PCH_BUILDS: dict[str, tuple[subprocess.Popen[str], str]] = {}  # directory -> (gcc, its output) in flight
+# A forked child cannot wait for its parent's gcc (it would read it as done and install a file
+# still being written): it forgets those builds, and the parent finishes them.
+os.register_at_fork(after_in_child=_PCH_BUILDS.clear)
 
 
 def _forget_precompiled_header(path: str) -> None:
