@@ -102,7 +102,7 @@ def test_a_process_starts_precompiling_the_prelude_at_its_third_build(tmp_path: 
     assert len(list(pch_dir.glob("*/prelude.h.gch"))) == 1
 
 
-def _pch_graph(tmp_path: Path, op: str = "tanh", **fields: object) -> tuple[object, Path]:
+def _pch_graph(tmp_path: Path, op: str = "tanh", dtype: object = None, **fields: object) -> tuple[object, Path]:
     """Compile a small CPU graph (``op`` then a scale) with the cache in ``tmp_path``; check it against eager."""
     import torch
     from conftest import trace_core
@@ -115,8 +115,9 @@ def _pch_graph(tmp_path: Path, op: str = "tanh", **fields: object) -> tuple[obje
         return torch.ops.aten.mul.Tensor(unary(x), 0.5)
 
     config = ptc_inductor.Config(cache_dir=str(tmp_path / "cache"), **fields)  # type: ignore[arg-type]
-    compiled = ptc_inductor.compile(trace_core(fn, torch.randn(7, 9)), config=config)
-    x = torch.randn(7, 9)
+    dt = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    compiled = ptc_inductor.compile(trace_core(fn, torch.randn(7, 9, dtype=dt)), config=config)
+    x = torch.randn(7, 9, dtype=dt)
     torch.testing.assert_close(compiled(x), fn(x))
     return compiled, tmp_path / "cache" / "pch"
 
@@ -131,8 +132,13 @@ def _build_commands(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling:")]
 
 
-def test_the_first_build_does_not_wait_for_the_prelude_and_later_ones_include_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_first_build_does_not_wait_for_the_prelude_and_later_ones_include_it(
+    dtype: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     import shutil
+
+    import torch
 
     from ptc_inductor.build import clear_memory_cache, wait_for_precompiled_headers
     from ptc_inductor.codegen.cpp_prelude import PRELUDE
@@ -144,13 +150,14 @@ def test_the_first_build_does_not_wait_for_the_prelude_and_later_ones_include_it
         wait_for_precompiled_headers()
         (header,) = sorted((tmp_path / "on" / "cache" / "pch").glob("*/prelude.h.gch"))
         assert header.stat().st_size > 1_000_000
-        with_pch, _ = _pch_graph(tmp_path / "on", "sigmoid")
+        # bf16/fp16 graphs use the prelude's conversion helpers, compiled from the precompiled form.
+        with_pch, _ = _pch_graph(tmp_path / "on", "sigmoid", getattr(torch, dtype))
         second = _build_commands(caplog)[1]
     assert f"-include {header.with_suffix('')}" in second, second
     # The cache entry keeps the whole source (prelude included), so it stays a readable record.
     assert Path(str(with_pch.library_path)[:-3] + ".cpp").read_text().startswith(PRELUDE)  # type: ignore[attr-defined]
     clear_memory_cache()
-    without_pch, off_dir = _pch_graph(tmp_path / "off", "sigmoid", cxx_pch=False)
+    without_pch, off_dir = _pch_graph(tmp_path / "off", "sigmoid", getattr(torch, dtype), cxx_pch=False)
     assert not off_dir.exists()
     if shutil.which("objdump"):
         assert _machine_code(Path(str(with_pch.library_path))) == _machine_code(Path(str(without_pch.library_path)))  # type: ignore[attr-defined]

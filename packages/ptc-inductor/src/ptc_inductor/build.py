@@ -130,7 +130,8 @@ _PCH: dict[str, str | None] = {}  # directory -> the usable header, or None: it 
 _PCH_BUILDS: dict[str, tuple[subprocess.Popen[str], str]] = {}  # directory -> (gcc, its output) in flight
 # A forked child cannot wait for its parent's gcc (it would read it as done and install a file
 # still being written): it forgets those builds, and the parent finishes them.
-os.register_at_fork(after_in_child=_PCH_BUILDS.clear)
+if hasattr(os, "register_at_fork"):  # POSIX only; elsewhere there is no fork
+    os.register_at_fork(after_in_child=_PCH_BUILDS.clear)
 
 
 def _forget_precompiled_header(path: str) -> None:
