@@ -17,6 +17,7 @@ compiled, then ``fully_shard`` on every block and on the root).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import resource
@@ -93,6 +94,8 @@ def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str
     import torch
     import torch.distributed as dist
 
+    # A rank stuck past the row's time prints where it is before the parent kills it.
+    faulthandler.dump_traceback_later(max(1.0, args.impl_timeout - 10), exit=True)
     cuda = args.device == "cuda"
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:

@@ -278,3 +278,23 @@ def test_kernels_that_differ_only_in_names_share_one_canonical_module(tmp_path: 
     other = compile_triton(trace_core(lambda t: aten.mul.Tensor(aten.sin.default(t), 3.0), x)).kernels
     wider = compile_triton(trace_core(block, _rand(4, 301))).kernels
     assert len({canonical(k).symbol for k in (first[0], other[0], wider[0])}) == 3
+
+
+def _use_the_compile_pool() -> None:
+    from ptc_inductor.triton_runtime import warm_compile_pool
+
+    warm_compile_pool(2)
+
+
+def test_a_process_multiprocessing_started_exits_after_using_the_compile_pool() -> None:
+    # mp.spawn's ranks (the usual way to start distributed training by hand) join their child
+    # processes before atexit runs: idle compile workers used to keep such a rank alive forever.
+    import multiprocessing
+
+    process = multiprocessing.get_context("spawn").Process(target=_use_the_compile_pool)
+    process.start()
+    process.join(timeout=120)
+    alive = process.is_alive()
+    if alive:
+        process.kill()
+    assert not alive and process.exitcode == 0, f"alive={alive}, exit code {process.exitcode}"

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import multiprocessing
+import multiprocessing.util
 import os
 import re
 import threading
@@ -219,6 +220,11 @@ def compile_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
             # Shut down before interpreter teardown: the executor's own late cleanup otherwise
             # runs after modules are gone and prints an ignored exception at exit.
             atexit.register(_POOL.shutdown, wait=False, cancel_futures=True)
+            # A process that multiprocessing started (mp.spawn's ranks) joins its children
+            # before atexit runs: the idle workers would keep it from ever exiting. The priority
+            # is above the pool's own queues' finalizers (10), which stop the thread that would
+            # carry the workers' stop signals.
+            multiprocessing.util.Finalize(None, _POOL.shutdown, kwargs={"wait": True, "cancel_futures": True}, exitpriority=100)
         return _POOL
 
 
