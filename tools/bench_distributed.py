@@ -90,6 +90,20 @@ def _wrap(impl: str, model: Any, device: Any) -> Any:
     return model
 
 
+def _graphs_compiled(impl: str) -> int | None:
+    """How many aten graphs the compiler made in this process (forward and backward count apart):
+    a row whose model silently ran eagerly shows 0."""
+    if impl.startswith("ptc-"):
+        from ptc.pipeline import STATS
+
+        return STATS.graphs
+    if impl.startswith("torch.compile-"):
+        from torch._dynamo.utils import counters
+
+        return int(sum(counters["aot_autograd"].get(k, 0) for k in ("total",)))
+    return None
+
+
 def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -131,7 +145,8 @@ def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str
         timed = times[args.warmup :]
         peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         if rank == 0:
-            result = {"impl": impl, "steps_per_s": 1.0 / statistics.median(timed), "first_step_s": times[0], "peak_bytes": peak, "losses": losses}
+            result = {"impl": impl, "steps_per_s": 1.0 / statistics.median(timed), "first_step_s": times[0], "peak_bytes": peak, "losses": losses,
+                      "graphs": _graphs_compiled(impl)}  # fmt: skip
             Path(out).write_text(json.dumps(result))
         dist.barrier()  # no rank tears its connections down while the other still uses them
     finally:
@@ -159,15 +174,15 @@ def _run(impl: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def _table(results: list[dict[str, Any]]) -> str:
     eager = {r["impl"].rsplit("-", 1)[1]: r for r in results if r["impl"].startswith("eager-") and "error" not in r}
-    lines = ["| impl | steps/s | vs eager | first step (s) | peak MiB/rank | max loss diff vs eager |", "|---|---|---|---|---|---|"]
+    lines = ["| impl | steps/s | vs eager | first step (s) | peak MiB/rank | max loss diff vs eager | graphs |", "|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['impl']} | failed: {r['error']} | | | | |")
+            lines.append(f"| {r['impl']} | failed: {r['error']} | | | | | |")
             continue
         base = eager.get(r["impl"].rsplit("-", 1)[1])
         ratio = f"{r['steps_per_s'] / base['steps_per_s']:.2f}x" if base else "-"
         diff = f"{max(abs(a - b) for a, b in zip(r['losses'], base['losses'])):.2e}" if base else "-"
-        lines.append(f"| {r['impl']} | {r['steps_per_s']:.2f} | {ratio} | {r['first_step_s']:.1f} | {r['peak_bytes'] / 2**20:.0f} | {diff} |")
+        lines.append(f"| {r['impl']} | {r['steps_per_s']:.2f} | {ratio} | {r['first_step_s']:.1f} | {r['peak_bytes'] / 2**20:.0f} | {diff} | {r.get('graphs') if r.get('graphs') is not None else '-'} |")
     return "\n".join(lines)
 
 
