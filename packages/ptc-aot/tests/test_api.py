@@ -238,3 +238,33 @@ def test_training_graphs_say_how_many_values_cross_from_forward_to_backward() ->
     assert len(placeholders) == saved + 2  # then one tangent per output
     expected = torch.autograd.grad(fn(x, w)[0], w)[0]
     assert_same(w.grad, expected)
+
+
+@pytest.mark.parametrize("hooks", ["recording", "save_on_cpu"])
+def test_a_callers_saved_tensor_hooks_see_only_real_saved_values(hooks: str) -> None:
+    # Tracing ran the caller's pack hook on traced tensors (a pack hook that reads a storage
+    # failed; one that makes tensors would be recorded into the graph).
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).tanh().sum(1)
+
+    packed: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        t.untyped_storage().data_ptr()  # fails on a traced tensor
+        packed.append(t)
+        return t
+
+    def context() -> Any:
+        if hooks == "save_on_cpu":
+            return torch.autograd.graph.save_on_cpu()
+        return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+    x, w = torch.randn(8, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    with context():
+        compiled = aot(fn, [x, w])
+        compare_with_eager(compiled, fn, x, w, grads=True)
+    graph_ops = {str(n.target) for p in compiled.programs for n in p.forward.graph.nodes}
+    assert not any("pin_memory" in op or "_to_copy" in op for op in graph_ops), graph_ops
+    if hooks == "recording":
+        # Eager's run and the compiled program's both saved through the hook, with real tensors.
+        assert packed and all(type(t) is torch.Tensor for t in packed)

@@ -9,8 +9,9 @@ from their base with the recorded view chain, so aliasing matches eager.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -81,6 +82,24 @@ class _Recording(DispatchMode):
         return self.tracer.dispatch(func, args, kwargs or {})
 
 
+def _same(t: Any) -> Any:
+    return t
+
+
+@contextlib.contextmanager
+def _own_saved_tensors() -> Iterator[None]:
+    """Tracing keeps the values autograd saves as they are, whatever saved-tensor hooks the
+    caller has active (``saved_tensors_hooks``, ``save_on_cpu``): theirs would run on traced
+    tensors, fail or be recorded into the graph. At run time they see the compiled program's
+    saved values, as with any autograd.Function."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_same, _same))
+        except RuntimeError:  # hooks are disabled here (functorch transforms): none can run
+            pass
+        yield
+
+
 def _differentiable(x: Any) -> bool:
     return isinstance(x, TracedTensor) and x.requires_grad and (x.dtype.is_floating_point or x.dtype.is_complex)
 
@@ -105,7 +124,7 @@ def trace_program(fn: Callable[..., Any], inputs: Sequence[Any], joint: bool, sh
         else:
             args.append(value)
     mode = _Recording(tracer)
-    with torch.enable_grad() if joint else torch.no_grad(), mode, symbolic_dispatch(tracer.shape_env):
+    with _own_saved_tensors(), torch.enable_grad() if joint else torch.no_grad(), mode, symbolic_dispatch(tracer.shape_env):
         result = fn(*args)
     for i, (primal, meta) in enumerate(zip(primals, metas)):
         if primal.requires_grad and not meta.requires_grad:
@@ -142,7 +161,7 @@ def _trace_backward(
         last = tangent._node
         tangents.append(tangent)
     wrt = [p for p in primals if p.requires_grad]
-    with torch.enable_grad(), mode, symbolic_dispatch(tracer.shape_env):
+    with _own_saved_tensors(), torch.enable_grad(), mode, symbolic_dispatch(tracer.shape_env):
         found = torch.autograd.grad(
             [o for o, d in zip(outputs, differentiable) if d], wrt, tangents, allow_unused=True
         )
