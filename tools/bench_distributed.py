@@ -17,6 +17,7 @@ compiled, then ``fully_shard`` on every block and on the root).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import os
@@ -104,6 +105,34 @@ def _graphs_compiled(impl: str) -> int | None:
     return None
 
 
+def _profile_steps(wrapped: Any, optimizer: Any, batches: list[Any], rank: int, impl: str, directory: str) -> dict[str, float]:
+    """Two more steps, under the profiler on rank 0: GPU milliseconds per step (all device work, and
+    NCCL's kernels in it) and device events per step; rank 0's table of ops goes to ``directory``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    steps = 2
+    prof: Any = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if rank == 0 else None
+    with prof if prof is not None else contextlib.nullcontext():
+        for idx, targets in batches[:steps]:
+            wrapped(idx, targets).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    if prof is None:
+        return {}
+    events = prof.events()
+    # Device work is summed through the host ops that launched it (the profiler table's "Self CUDA
+    # time total"): the device-side events also hold annotations (DDP.forward's whole range).
+    total = sum(e.self_device_time_total for e in events if e.device_type == torch.profiler.DeviceType.CPU)
+    kernels = [e for e in events if e.device_type == torch.profiler.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    nccl = sum(e.device_time for e in kernels if e.name.startswith("ncclDevKernel"))
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=40)
+    (Path(directory) / f"{impl}.txt").write_text(table)
+    return {"gpu_ms": total / 1e3 / steps, "gpu_nccl_ms": nccl / 1e3 / steps, "gpu_kernels_per_step": len(kernels) / steps}
+
+
 def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -143,10 +172,11 @@ def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str
             losses.append(loss.item())  # .item() waits for the step on the GPU
             times.append(time.perf_counter() - start)
         timed = times[args.warmup :]
+        profile = _profile_steps(wrapped, optimizer, batches, rank, impl, args.profile) if args.profile and cuda else {}
         peak = torch.cuda.max_memory_allocated(device) if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         if rank == 0:
             result = {"impl": impl, "steps_per_s": 1.0 / statistics.median(timed), "first_step_s": times[0], "peak_bytes": peak, "losses": losses,
-                      "graphs": _graphs_compiled(impl)}  # fmt: skip
+                      "graphs": _graphs_compiled(impl), **profile}  # fmt: skip
             Path(out).write_text(json.dumps(result))
         dist.barrier()  # no rank tears its connections down while the other still uses them
     finally:
@@ -183,6 +213,10 @@ def _table(results: list[dict[str, Any]]) -> str:
         ratio = f"{r['steps_per_s'] / base['steps_per_s']:.2f}x" if base else "-"
         diff = f"{max(abs(a - b) for a, b in zip(r['losses'], base['losses'])):.2e}" if base else "-"
         lines.append(f"| {r['impl']} | {r['steps_per_s']:.2f} | {ratio} | {r['first_step_s']:.1f} | {r['peak_bytes'] / 2**20:.0f} | {diff} | {r.get('graphs') if r.get('graphs') is not None else '-'} |")
+    profiled = [r for r in results if "gpu_ms" in r]
+    if profiled:
+        lines += ["", "| impl | GPU ms/step | of it NCCL | device events/step |", "|---|---|---|---|"]
+        lines += [f"| {r['impl']} | {r['gpu_ms']:.1f} | {r['gpu_nccl_ms']:.1f} | {r['gpu_kernels_per_step']:.0f} |" for r in profiled]
     return "\n".join(lines)
 
 
@@ -196,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--profile", help="profile two more steps per implementation on rank 0 (CUDA): kernel tables here")
     parser.add_argument("--impl-timeout", type=float, default=600, help="seconds an implementation may take before its row says so")
     args = parser.parse_args(argv)
     impls = [i for i in args.impls.split(",") if i]
