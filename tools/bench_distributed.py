@@ -36,10 +36,45 @@ IMPLS = ("eager-ddp", "torch.compile-ddp", "ptc-ddp", "eager-fsdp2", "torch.comp
 WORLD = 2
 
 
-def _config(small: bool) -> dict[str, int]:
+def _config(small: bool, model: str = "gpt2") -> dict[str, int]:
+    if model == "llama-1b":
+        # A Llama-style decoder of about 1.1B parameters (TinyLlama's shape, full multi-head).
+        if small:
+            return {"vocab": 512, "dim": 64, "layers": 2, "heads": 4, "ffn": 172, "seq": 64, "batch": 2}
+        return {"vocab": 32000, "dim": 2048, "layers": 22, "heads": 32, "ffn": 5632, "seq": 1024, "batch": 4}
     if small:
         return {"vocab": 512, "dim": 64, "layers": 2, "heads": 4, "seq": 64, "batch": 4}
     return {"vocab": 50304, "dim": 768, "layers": 12, "heads": 12, "seq": 1024, "batch": 8}
+
+
+def _build(cfg: dict[str, int], model: str) -> Any:
+    return _build_llama(cfg) if model == "llama-1b" else _build_gpt(cfg)
+
+
+def _build_llama(cfg: dict[str, int]) -> Any:
+    """transformers' LlamaForCausalLM at ``cfg``'s shape, called as (ids, targets) -> loss."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=cfg["vocab"], hidden_size=cfg["dim"], intermediate_size=cfg["ffn"], num_hidden_layers=cfg["layers"],
+        num_attention_heads=cfg["heads"], num_key_value_heads=cfg["heads"], max_position_embeddings=cfg["seq"],
+    )  # fmt: skip
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.llama = transformers.LlamaForCausalLM(config)
+
+        def blocks(self) -> Any:
+            return self.llama.model.layers
+
+        def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            logits = self.llama(idx).logits
+            loss: torch.Tensor = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+            return loss
+
+    return WithLoss()
 
 
 def _build_gpt(cfg: dict[str, int]) -> Any:
@@ -52,6 +87,9 @@ def _build_gpt(cfg: dict[str, int]) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.gpt = GPT(vocab=cfg["vocab"], dim=cfg["dim"], layers=cfg["layers"], heads=cfg["heads"], seq=cfg["seq"])
+
+        def blocks(self) -> Any:
+            return self.gpt.blocks
 
         def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             logits = self.gpt(idx)
@@ -80,7 +118,7 @@ def _wrap(impl: str, model: Any, device: Any) -> Any:
         return compiler(ddp) if compiler else ddp
     from torch.distributed.fsdp import fully_shard
 
-    blocks = model.gpt.blocks
+    blocks = model.blocks()
     for i, block in enumerate(blocks):
         if compiler is not None:
             # The common recipe: each transformer block compiled, then sharded.
@@ -148,9 +186,9 @@ def _worker(rank: int, impl: str, store: str, args: argparse.Namespace, out: str
         torch.set_num_threads(max(1, (os.cpu_count() or WORLD) // WORLD))
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        cfg = _config(args.small)
+        cfg = _config(args.small, args.model)
         torch.manual_seed(0)
-        model = _build_gpt(cfg).to(device)
+        model = _build(cfg, args.model).to(device)
         if args.dtype == "bfloat16":
             model = model.to(torch.bfloat16)
         wrapped = _wrap(impl, model, device)
@@ -224,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--model", choices=("gpt2", "llama-1b"), default="gpt2", help="GPT-2 124M (ptc.demo's), or a 1.1B Llama-style decoder (transformers')")
     parser.add_argument("--small", action="store_true", help="a small GPT (the default on the CPU is GPT-2 124M too: slow)")
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--steps", type=int, default=10)
@@ -249,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             # Each row as it is done (a run cut short keeps the rows it has).
             print(_table(results).splitlines()[-1], flush=True)
     table = _table(results)
-    sys.stdout.write(f"{'small GPT' if args.small else 'GPT-2 124M'}, {args.device}, {args.dtype}, {WORLD} ranks\n{table}\n")
+    name = {"gpt2": "GPT-2 124M", "llama-1b": "Llama-style 1.1B"}[args.model]
+    sys.stdout.write(f"{'small ' if args.small else ''}{name}, {args.device}, {args.dtype}, {WORLD} ranks\n{table}\n")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

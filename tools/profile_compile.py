@@ -22,6 +22,7 @@ import argparse
 import atexit
 import cProfile
 import functools
+import gc
 import importlib
 import os
 import pstats
@@ -104,6 +105,22 @@ class Timers:
                     self._stack[-1][0] += elapsed
 
         return timed
+
+
+class _GcTimer:
+    """A ``gc.callbacks`` entry: how many collections of each generation ran, and their seconds."""
+
+    def __init__(self) -> None:
+        self.count: dict[int, int] = defaultdict(int)
+        self.seconds: dict[int, float] = defaultdict(float)
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.count[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._began
 
 
 def _time_dynamo_import(timers: Timers) -> None:
@@ -230,6 +247,8 @@ def main() -> None:
     if watch is not None:
         sys.meta_path.insert(0, watch)
     profiler = cProfile.Profile() if args.cprofile else None
+    collections = _GcTimer()
+    gc.callbacks.append(collections)
     start = time.perf_counter()
     if profiler is not None:
         profiler.enable()
@@ -241,6 +260,7 @@ def main() -> None:
     if watch is not None:
         sys.meta_path.remove(watch)
     total = time.perf_counter() - start
+    gc.callbacks.remove(collections)
     start_kind = "warm start" if args.warm else "cold"
     print(f"{args.workload} on {device.type}, mode={mode}, dynamic={args.dynamic}, train={train}, {start_kind}: first call {total:.2f} s")
     print(f"| {'stage':<28} | {'seconds':>8} | {'share':>6} | {'calls':>5} | {'nodes in':>8} |")
@@ -254,6 +274,8 @@ def main() -> None:
         print(f"| {name:<28} | {seconds:8.3f} | {seconds / total:6.1%} | {timers.calls[name]:5d} | {timers.nodes.get(name, 0):8d} |")
     other = total - claimed
     print(f"| {'other (imports, runs, glue)':<28} | {other:8.3f} | {other / total:6.1%} |       |          |")
+    gc_line = ", ".join(f"generation {g}: {collections.count[g]} in {collections.seconds[g]:.3f} s" for g in sorted(collections.count))
+    print(f"garbage collections during the first call (inside the rows above): {gc_line or 'none'}")
     if watch is not None:
         watch.report()
     if profiler is not None:
