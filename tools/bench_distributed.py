@@ -1,4 +1,4 @@
-"""Distributed training benchmark: a GPT-2 (124M) under DDP and FSDP2, eager vs torch.compile vs ptc.
+"""Distributed training benchmark: a GPT-2 (124M) or a 1.1B Llama-style decoder under DDP and FSDP2, eager vs torch.compile vs ptc.
 
 Each implementation runs in its own pair of processes (2 ranks, spawned here, torchrun-like:
 a file store, ranks 0 and 1), trains the same model on the same batches, and reports training
@@ -8,6 +8,8 @@ memory per rank and the largest difference of its losses from eager's. One Markd
     python tools/bench_distributed.py --device cuda                  # 2 GPUs, NCCL, GPT-2 124M
     python tools/bench_distributed.py --device cpu --small           # gloo, a small GPT
     python tools/bench_distributed.py --impls eager-ddp,ptc-ddp --steps 20 --json out.json
+    python tools/bench_distributed.py --device cuda --model llama-1b --impls eager-fsdp2,ptc-fsdp2,torch.compile-fsdp2
+    python tools/bench_distributed.py --device cuda --profile prof/   # + GPU ms per step, op tables in prof/
 
 Implementations: eager-ddp, torch.compile-ddp, ptc-ddp (the model compiled inside DDP:
 ``ptc.compile(DDP(model))``), and eager-fsdp2, torch.compile-fsdp2, ptc-fsdp2 (each block
