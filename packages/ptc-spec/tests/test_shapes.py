@@ -172,6 +172,17 @@ def test_a_divisibility_guard_makes_floor_division_exact() -> None:
     assert bool((x // 4) * 4 == x) and len(decisions(env)) == 1
 
 
+def test_an_equality_with_a_quotient_of_sizes_stays_a_guard() -> None:
+    # A reshape of (s3*s4, C) to (s0, s1, C) asks whether s0 divides s3*s4, then equates s1
+    # with the quotient: substituting s1 -> s3*s4/s0 put "1/s0" into sizes and strides that
+    # no code generator can print (a flattened batch of logits with its flattened targets).
+    env, (s0, s1, s3, s4), (a, b, c, d) = sizes(2, 3, 2, 3)
+    assert bool((c * d) % a == 0)
+    assert bool(b == (c * d) // a)
+    assert env.replacements == {}
+    assert expr_of(b * 2) == 2 * s1
+
+
 def test_negated_guards_are_canonical_relations() -> None:
     env, (s0, s1), (x, y) = sizes(8, 6)
     assert not bool(x % 8 != 0)

@@ -243,6 +243,20 @@ def test_two_independent_dynamic_dims(backend: str) -> None:
     assert STATS.graphs == 3
 
 
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_a_flattened_batch_beside_its_flattened_targets_reshapes_back(train: bool) -> None:
+    # The reshape back to (batch, seq, classes) equates seq with the targets' batch*seq over
+    # batch; substituting that quotient put "1/s0" into a layout, and the compile failed.
+    def f(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        flat = targets.flatten().unsqueeze(1).float() + logits.flatten(0, 1)
+        return (flat.view(logits.shape) * 2).tanh()
+
+    compiled = ptc.compile(f, dynamic=True)
+    for batch, seq in ((2, 3), (2, 5), (3, 9)):
+        logits = torch.randn(batch, seq, 7, requires_grad=train)
+        compare_with_eager(compiled, f, logits, torch.randint(0, 7, (batch, seq)), grads=train)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcasting_with_a_size_one_input(backend: str) -> None:
     def f(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

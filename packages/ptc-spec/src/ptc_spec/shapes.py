@@ -447,6 +447,10 @@ class SymbolEnv:
             value = -rest / coeff
             if not (abs(coeff) == 1 or value.is_Integer):
                 continue
+            if sympy.denom(sympy.together(value)) != 1:
+                # s1 == s3*s4/s0 (a reshape's divisibility rewrite): a quotient of symbols is
+                # no size expression; the equality stays a guard instead.
+                continue
             self._replacements = {k: v.xreplace({sym: value}) for k, v in self._replacements.items()}
             self._replacements[sym] = value
             self._forget()
