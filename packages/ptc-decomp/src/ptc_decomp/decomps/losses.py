@@ -81,8 +81,15 @@ def _nll_backward(
     values = aten.mul.Tensor(aten.neg.default(w), upcast(grad_output))
     if reduction == MEAN:
         values = aten.div.Tensor(values, upcast(total_weight))
-    zeros = aten.full.default(list(self.shape), 0, dtype=values.dtype, device=self.device)
-    grad = aten.scatter.src(zeros, dim, aten.unsqueeze.default(safe, dim), aten.unsqueeze.default(values, dim))
+    # Each item's target class gets its value and every other class 0: a comparison with the
+    # class index, which fuses into whatever reads the gradient (log_softmax's backward). A
+    # scatter into zeros wrote the whole (N, C) tensor twice more (the zeros, then its copy).
+    classes = aten.arange.start_step(0, self.shape[dim], 1, dtype=safe.dtype, device=self.device)
+    shape = [1] * self.dim()
+    shape[dim] = self.shape[dim]
+    hit = aten.eq.Tensor(aten.view.default(classes, shape), aten.unsqueeze.default(safe, dim))
+    zero = aten.scalar_tensor.default(0, dtype=values.dtype, device=self.device)
+    grad = aten.where.self(hit, aten.unsqueeze.default(values, dim), zero)
     return cast(grad, self.dtype)
 
 
