@@ -242,10 +242,14 @@ def test_eval_batch_norm_saves_the_statistics_its_device_saves(device: str) -> N
         assert_same(out(*args), fn(*args))
 
 
+@pytest.mark.parametrize("ignore_index", [-100, 2], ids=["ignore -100", "ignore a class"])
+@pytest.mark.parametrize("weighted", [True, False], ids=["weighted", "unweighted"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("reduction", [0, 1, 2])
 @pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 7, 3, 4)], ids=["one item", "items", "2d"])
-def test_nll_loss_backward_is_a_comparison_with_the_class_index(shape: tuple[int, ...], reduction: int, dtype: torch.dtype) -> None:
+def test_nll_loss_backward_is_a_comparison_with_the_class_index(
+    shape: tuple[int, ...], reduction: int, dtype: torch.dtype, weighted: bool, ignore_index: int
+) -> None:
     # A scatter into zeros wrote the (N, C) gradient twice more than needed; the comparison fuses.
     op = aten.nll_loss_backward.default if len(shape) <= 2 else aten.nll_loss2d_backward.default
     torch.manual_seed(0)
@@ -253,16 +257,17 @@ def test_nll_loss_backward_is_a_comparison_with_the_class_index(shape: tuple[int
     target_shape = shape[:1] + shape[2:] if len(shape) > 1 else ()
     target = torch.randint(0, shape[1 if len(shape) > 1 else 0], target_shape)
     if target.dim():
-        target.view(-1)[0] = -100  # an ignored item: its row of the gradient is 0
-    weight = torch.rand(shape[1 if len(shape) > 1 else 0]).to(dtype)
+        target.view(-1)[0] = ignore_index  # an ignored item: its row of the gradient is 0
+        target.view(-1)[1] = 3 if ignore_index == 2 else 2
+    weight = torch.rand(shape[1 if len(shape) > 1 else 0]).to(dtype) if weighted else None
     grad_shape = target_shape if reduction == 0 else ()
     grad = torch.randn(grad_shape).to(dtype)
     total = torch.tensor(3.5, dtype=dtype)
 
-    def fn(g: torch.Tensor, x: torch.Tensor, t: torch.Tensor, w: torch.Tensor, tw: torch.Tensor) -> torch.Tensor:
-        return op(g, x, t, w, reduction, -100, tw)
+    def fn(g: torch.Tensor, x: torch.Tensor, t: torch.Tensor, tw: torch.Tensor) -> torch.Tensor:
+        return op(g, x, t, weight, reduction, ignore_index, tw)
 
-    args = (grad, logp, target, weight, total)
+    args = (grad, logp, target, total)
     gm = decompose(ptc_spec.trace(fn, *(TensorMeta.from_tensor(a) for a in args)))
     assert not [n for n in gm.graph.nodes if "scatter" in str(n.target)]
     assert_same(gm(*args), fn(*args))

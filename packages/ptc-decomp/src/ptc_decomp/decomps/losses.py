@@ -77,20 +77,27 @@ def _nll_backward(
     grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int, ignore_index: int, total_weight: torch.Tensor
 ) -> torch.Tensor:
     dim = _class_dim(self)
-    _, w, safe = _picked(upcast(self), target, upcast(weight) if weight is not None else None, ignore_index)
-    values = aten.mul.Tensor(aten.neg.default(w), upcast(grad_output))
+    values = aten.neg.default(upcast(grad_output))
     if reduction == MEAN:
         values = aten.div.Tensor(values, upcast(total_weight))
+    if weight is not None:
+        _, w, _ = _picked(upcast(self), target, upcast(weight), ignore_index)
+        values = aten.mul.Tensor(w, values)
     # Each item's target class gets its value and every other class 0: a comparison with the
     # class index, which fuses into whatever reads the gradient (log_softmax's backward). A
     # scatter into zeros wrote the whole (N, C) tensor twice more (the zeros, then its copy).
-    classes = aten.arange.start_step(0, self.shape[dim], 1, dtype=safe.dtype, device=self.device)
+    # It stays a few ops per element, so the fused kernels recompute it rather than store it.
+    classes = aten.arange.start_step(0, self.shape[dim], 1, dtype=target.dtype, device=self.device)
     shape = [1] * self.dim()
     shape[dim] = self.shape[dim]
-    hit = aten.eq.Tensor(aten.view.default(classes, shape), aten.unsqueeze.default(safe, dim))
+    hit = aten.eq.Tensor(aten.view.default(classes, shape), aten.unsqueeze.default(target, dim))
+    if ignore_index >= 0:
+        # An ignored index that is a class would be hit; a negative one (-100 by default) never is.
+        hit = aten.logical_and.default(hit, aten.unsqueeze.default(aten.ne.Scalar(target, ignore_index), dim))
+    if values.dim() > 0:
+        values = aten.unsqueeze.default(values, dim)
     zero = aten.scalar_tensor.default(0, dtype=values.dtype, device=self.device)
-    grad = aten.where.self(hit, aten.unsqueeze.default(values, dim), zero)
-    return cast(grad, self.dtype)
+    return cast(aten.where.self(hit, values, zero), self.dtype)
 
 
 @register_decomposition(aten.nll_loss_backward.default)
