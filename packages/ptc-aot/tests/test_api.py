@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+import torch.fx
 import torch.nn.functional as F
 from aot_models import MODELS, make_inputs
 
-from ptc_aot import Config, PtcAotError, aot
-from ptc_spec import META_KEY, check, dialect_of, load
+from ptc_aot import Config, JointRewrite, PtcAotError, aot
+from ptc_spec import META_KEY, check, dialect_of, load, trace
 from ptc_spec.testing import assert_same, compare_with_eager
 
 
@@ -228,7 +229,7 @@ def test_training_graphs_say_how_many_values_cross_from_forward_to_backward() ->
     x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
     compiled = aot(fn, [x, w], fw_compiler=keep("forward"), bw_compiler=keep("backward"))
     out = compiled(x, w)
-    out[0].backward()
+    (out[0] + out[1].sum()).backward()
     forward, backward = seen["forward"], seen["backward"]
     saved = forward.meta[SAVED_OUTPUTS_KEY]
     outputs = next(n for n in forward.graph.nodes if n.op == "output").args[0]
@@ -236,8 +237,35 @@ def test_training_graphs_say_how_many_values_cross_from_forward_to_backward() ->
     assert backward.meta[SAVED_INPUTS_KEY] == saved
     placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
     assert len(placeholders) == saved + 2  # then one tangent per output
-    expected = torch.autograd.grad(fn(x, w)[0], w)[0]
+    expected = torch.autograd.grad(fn(x, w)[0] + fn(x, w)[1].sum(), w)[0]
     assert_same(w.grad, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_output_nobody_differentiates_gets_zeros_made_in_the_backward_graph(dtype: torch.dtype) -> None:
+    # A language model's logits beside its loss: the backward is compiled for the loss's tangent
+    # alone, with constant zeros for the logits', instead of reading a tensor of zeros.
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule) -> Any:
+        graphs.append(gm)
+        return gm
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = x @ w
+        return logits, F.cross_entropy(logits.float(), torch.arange(3) % 5)
+
+    x, w = torch.randn(3, 4, dtype=dtype), torch.randn(4, 5, dtype=dtype, requires_grad=True)
+    compiled = aot(fn, [x, w], bw_compiler=keep)
+    assert graphs == [], "the backward is compiled when it is first called"
+    for which in ("loss", "loss", "both"):
+        got = torch.autograd.grad(compiled(x, w)[1] if which == "loss" else sum(o.float().sum() for o in compiled(x, w)), w)[0]
+        want = torch.autograd.grad(fn(x, w)[1] if which == "loss" else sum(o.float().sum() for o in fn(x, w)), w)[0]
+        assert_same(got, want)
+    # One graph per set of tangents: the loss's alone (its zeros a constant), then both.
+    tangents = [[n.name for n in gm.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")] for gm in graphs]
+    assert [len(t) for t in tangents] == [1, 2]
+    assert [n.target for n in graphs[0].graph.nodes if n.target is torch.ops.aten.full.default] == [torch.ops.aten.full.default]
 
 
 @pytest.mark.parametrize("hooks", ["recording", "save_on_cpu"])
@@ -268,3 +296,44 @@ def test_a_callers_saved_tensor_hooks_see_only_real_saved_values(hooks: str) -> 
     if hooks == "recording":
         # Eager's run and the compiled program's both saved through the hook, with real tensors.
         assert packed and all(type(t) is torch.Tensor for t in packed)
+
+
+def _log_softmax_by_hand(joint: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A JointRewrite for the test: each _log_softmax becomes x - amax - log(sum(exp(x - amax)))."""
+    graph = joint.graph
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten._log_softmax.default:
+            continue
+        x, dim = node.args[0], node.args[1]
+        with graph.inserting_before(node):
+            amax = graph.call_function(torch.ops.aten.amax.default, (x, [dim], True))
+            shifted = graph.call_function(torch.ops.aten.sub.Tensor, (x, amax))
+            total = graph.call_function(torch.ops.aten.sum.dim_IntList, (graph.call_function(torch.ops.aten.exp.default, (shifted,)), [dim], True))
+            out = graph.call_function(torch.ops.aten.sub.Tensor, (shifted, graph.call_function(torch.ops.aten.log.default, (total,))))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+    joint.recompile()
+    # Traced again so that every new node carries its TensorMeta, as a rewrite's result must.
+    return trace(joint, *(n.meta[META_KEY] for n in graph.nodes if n.op == "placeholder"))
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+def test_a_joint_rewrite_is_applied_to_training_joints_before_partitioning(training: bool) -> None:
+    seen: list[int] = []
+
+    def rewrite(joint: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        seen.append(sum(1 for n in joint.graph.nodes if n.op == "placeholder"))
+        return _log_softmax_by_hand(joint)
+
+    def fn(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(x @ w, target)
+
+    args = [torch.randn(6, 4), torch.randn(4, 10, requires_grad=training), torch.randint(0, 10, (6,))]
+    compiled = aot(fn, args, config=Config(joint_rewrite=JointRewrite("log_softmax by hand", rewrite)))
+    compare_with_eager(compiled, fn, *args, grads=training)
+    # The joint graph has the three inputs and one tangent; an inference graph is not rewritten.
+    assert seen == ([4] if training else [])
+    if training:
+        (program,) = compiled.programs
+        forward = program.forward
+        assert not any(n.target is torch.ops.aten._log_softmax.default for n in forward.graph.nodes)

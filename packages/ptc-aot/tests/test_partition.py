@@ -10,8 +10,9 @@ import torch.fx
 from aot_models import MODELS, make_inputs
 
 from ptc_aot import Partition, aot, functionalize, partition, trace_program
+from ptc_aot.partition import UNSTORED_COST
 from ptc_aot.recompute import NEVER_RECOMPUTE
-from ptc_spec import TensorMeta
+from ptc_spec import META_KEY, TensorMeta
 from ptc_spec.testing import compare_with_eager
 
 aten = torch.ops.aten
@@ -129,3 +130,41 @@ def test_recomputed_values_are_made_just_before_their_first_use(dtype: torch.dty
         # Only other values made for the same use come in between: no backward work.
         assert all(n not in from_tangents for n in between), (node.name, [n.name for n in between])
     compare_with_eager(aot(_relu_stack, args), _relu_stack, *args, grads=True)
+
+
+def _cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    # log_softmax as its decomposition writes it (what ptc hands the partitioner), then the loss.
+    logits = (x @ w).float()
+    shifted = logits - logits.amax(1, keepdim=True)
+    logp = shifted - shifted.exp().sum(1, keepdim=True).log()
+    return -logp.gather(1, target[:, None]).mean()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_cross_entropy_saves_its_logits_and_row_statistics_not_its_log_softmax(dtype: torch.dtype) -> None:
+    # The forward stores the matmul's logits anyway; the log-softmax only its loss reads, at one
+    # class per row. Saving the log-softmax (as many bytes as the logits) would add that write.
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(16, 8, generator=g).to(dtype), torch.randn(8, 50, generator=g).to(dtype).requires_grad_(), torch.randint(0, 50, (16,), generator=g)]
+    split = _split_fn(_cross_entropy, args)
+    saved = [n for n in split.forward.graph.output_node().args[0][split.num_outputs :]]  # type: ignore[index]
+    whole = [n for n in saved if n.meta[META_KEY].shape == (16, 50)]
+    assert [n.target for n in whole] == [aten.mm.default], [n.name for n in saved]
+    assert split.saved_bytes < 16 * 50 * dtype.itemsize * UNSTORED_COST
+    compare_with_eager(aot(_cross_entropy, args), _cross_entropy, *args, grads=True)
+
+
+def _squares_in_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    h = (a @ b).float()
+    return (h * h).sum()
+
+
+def test_a_dtype_conversion_is_recomputed_from_its_narrower_source() -> None:
+    # The backward reads the float32 copy of a bf16 matmul result: saving the bf16 result and
+    # converting it again halves the bytes saved.
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(16, 8, generator=g).bfloat16().requires_grad_(), torch.randn(8, 32, generator=g).bfloat16().requires_grad_()]
+    split = _split_fn(_squares_in_float32, args)
+    assert not any(name.startswith("_to_copy") for name in split.saved), split.saved
+    assert split.saved_bytes == (16 * 8 + 8 * 32 + 16 * 32) * 2
+    compare_with_eager(aot(_squares_in_float32, args), _squares_in_float32, *args, grads=True)

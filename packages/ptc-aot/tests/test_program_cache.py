@@ -14,7 +14,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 import ptc_aot.api
-from ptc_aot import AotFunction, CompiledProgram, Config, CorruptProgramError, aot
+from ptc_aot import AotFunction, CompiledProgram, Config, CorruptProgramError, JointRewrite, aot
 from ptc_spec import TensorMeta, dynamic_meta
 from ptc_spec.shapes import SymbolEnv
 from ptc_spec.testing import compare_with_eager
@@ -215,3 +215,14 @@ def test_a_corrupt_entry_raises_a_clear_error_and_is_compiled_again(tmp_path: Pa
     compiled = aot(gm, make(), cache=cache)
     assert cache.corrupt == 1 and cache.puts == 2
     compare_with_eager(compiled, _training, *make(), grads=True)
+
+
+def test_the_key_follows_the_joint_rewrite(tmp_path: Path) -> None:
+    # A rewrite changes what is partitioned, so a program made with another (or none) is not it.
+    gm = _graph(_training)
+    cache = DictCache(tmp_path)
+    args = CASES["training"][1]()
+    first, second = (JointRewrite(name, lambda joint: joint) for name in ("first", "second"))
+    for rewrite in (None, first, second, first):
+        aot(gm, args, cache=cache, config=Config(joint_rewrite=rewrite))
+    assert (cache.puts, cache.hits) == (3, 1)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+import torch.fx
 
 import ptc
+import ptc_spec
 from ptc_spec.testing import assert_same, compare_with_eager
 
 BACKENDS = ["eager", "aot_eager", "inductor"]
@@ -299,3 +303,40 @@ def test_inputs_written_by_a_cuda_graph_hold_eager_values_after_every_call(mode:
         got = compiled(x, total, stats)
         assert_same(got, expected, rtol=2e-2, atol=2e-2)
         torch.testing.assert_close((total, stats), (eager_total, eager_stats), rtol=2e-2, atol=2e-2, msg=lambda m, step=step: f"step {step}: {m}")
+
+
+CROSS_ENTROPY_CASES = {
+    "mean": {},
+    "sum, ignored items": {"reduction": "sum", "ignore_index": 3},
+    "label smoothing": {"label_smoothing": 0.1},
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", list(CROSS_ENTROPY_CASES))
+def test_a_cross_entropy_forward_saves_its_logits_not_its_log_softmax(case: str, dtype: torch.dtype, tmp_path: Any) -> None:
+    # log_softmax reaches the partitioner decomposed: the backward recomputes it from the
+    # logits the head wrote and two per-row statistics, where the forward used to write the
+    # whole log-softmax only for the loss to read one class of each row.
+    kwargs = CROSS_ENTROPY_CASES[case]
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 50)).to(dtype)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 50)).to(dtype)
+    model.load_state_dict(eager.state_dict())
+
+    def step(m: torch.nn.Module, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(m(x).float(), targets, **kwargs)
+
+    compiled = ptc.compile(step, options={"debug_dir": str(tmp_path)})
+    for _ in range(2):
+        x, targets = torch.randn(24, 16, dtype=dtype), torch.randint(0, 50, (24,))
+        loss, want = compiled(model, x, targets), step(eager, x, targets)
+        assert_same(loss, want)
+        loss.backward()
+        want.backward()
+        for (name, got), expected in zip(model.named_parameters(), eager.parameters()):
+            assert_same(got.grad, expected.grad, what=name)
+    forward = ptc_spec.loads((tmp_path / "forward.ptcg").read_bytes())
+    outputs = list(forward.graph.output_node().args[0])  # type: ignore[arg-type]
+    rows = [n for n in outputs if isinstance(n, torch.fx.Node) and tuple(n.meta[ptc_spec.META_KEY].shape) == (24, 50)]
+    assert [n.target for n in rows] == [torch.ops.aten.addmm.default], [n.name for n in rows]

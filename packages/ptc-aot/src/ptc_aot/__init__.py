@@ -2,7 +2,7 @@
 
 from . import events
 from .api import AotFunction, Compiler, aot, compile_program
-from .config import PARTITIONS, Config, config_from_env
+from .config import PARTITIONS, Config, JointRewrite, config_from_env
 from .errors import CorruptProgramError, DoubleBackwardError, PartitionError, PtcAotError, UnsupportedMutationError
 from .functionalize import FunctionalGraph, functionalize
 from .partition import Partition, partition
@@ -21,6 +21,7 @@ __all__ = [
     "CorruptProgramError",
     "DoubleBackwardError",
     "FunctionalGraph",
+    "JointRewrite",
     "OutputPlan",
     "Partition",
     "PartitionError",

@@ -23,7 +23,7 @@ from .ignored_args import drop_ignored_arguments
 from .partition import partition, tangents
 from .pool_offsets import save_pool_offsets
 from .program_cache import ProgramCache, ProgramParts
-from .runtime import CompiledProgram
+from .runtime import CompiledProgram, LazyBackward
 from .signature import Signature, dynamic_dims, make_dynamic
 from .tracing import trace_program
 
@@ -82,6 +82,9 @@ def compile_program(
             program.out_spec, None, env,
         )  # fmt: skip
     else:
+        if config.joint_rewrite is not None:
+            functional = replace(functional, gm=config.joint_rewrite.rewrite(functional.gm))
+            start = _stage(f"rewrite ({config.joint_rewrite.name})", start)
         if save_pool_offsets(functional.gm):
             log.info("max pooling saves int8 window offsets for its backward")
         split = partition(functional, len(metas), config.partition)
@@ -124,7 +127,13 @@ def _compile(parts: ProgramParts, fw_compiler: Compiler, bw_compiler: Compiler, 
             forward, None, parts.num_outputs, parts.mutated_inputs, parts.differentiable, parts.outputs, parts.out_spec,
             shape_env=_with_compiler_guards(parts.shape_env, forward),
         )  # fmt: skip
-    backward = bw_compiler(_boundary(config, parts.backward))
+    backward: Callable[..., Any]
+    if parts.shape_env is None:
+        # Compiled at the first backward call, for the tangents it has (see LazyBackward).
+        backward = LazyBackward(parts.backward, lambda graph: bw_compiler(_boundary(config, graph)), saved)
+    else:
+        # A symbolic backward is compiled now: the guards its compiler adds join the program's.
+        backward = bw_compiler(_boundary(config, parts.backward))
     return CompiledProgram(
         forward, backward, parts.num_outputs, parts.mutated_inputs, parts.differentiable, parts.outputs, parts.out_spec,
         parts.tangents, _with_compiler_guards(parts.shape_env, forward, backward),

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import torch.fx
+
 PARTITIONS = ("min_cut", "save_all")
+
+
+@dataclass(frozen=True, slots=True)
+class JointRewrite:
+    """A rewrite of the functional joint graph before it is partitioned, e.g. decomposing ops
+    whose results the backward could recompute from a few saved statistics.
+
+    ``rewrite`` returns a graph with the same placeholders and outputs, every node carrying its
+    TensorMeta; ``name`` identifies what it does, for the program cache's keys.
+    """
+
+    name: str
+    rewrite: Callable[[torch.fx.GraphModule], torch.fx.GraphModule]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,11 +32,13 @@ class Config:
     ``"save_all"`` (save every forward value the backward reads; the baseline).
     dump_dir: directory where the joint, forward, backward and inference graphs are written.
     check_boundaries: round-trip every graph handed to a compiler through ptc-spec's format.
+    joint_rewrite: applied to training programs' joint graphs before partitioning (see ``JointRewrite``).
     """
 
     partition: str = "min_cut"
     dump_dir: str | None = None
     check_boundaries: bool = False
+    joint_rewrite: JointRewrite | None = None
 
     def __post_init__(self) -> None:
         if self.partition not in PARTITIONS:

@@ -5,14 +5,21 @@ forward (its result saved for the backward if the backward reads it) or, if it i
 (``recompute.recomputable``), be recomputed in the backward from saved values. ``min_cut``
 chooses with a minimum cut: each node is split into ``in -> out`` with the bytes of its
 result as capacity, so a cut through that edge means "save this"; inputs and ops that must
-not be recomputed hang off the source, values the backward reads hang off the sink. Saving every
-value the backward reads is itself a cut, so the minimum never saves more bytes than
-``save_all``.
+not be recomputed hang off the source, values the backward reads hang off the sink.
+
+A value the forward stores anyway (an input, a library op's or reduction's result, what a
+library op reads, a forward output) costs its bytes; any other value costs ``UNSTORED_COST``
+times its bytes, since saving it adds a write the forward's fused kernels would not make. So a
+cross-entropy saves its logits and two per-row statistics rather than its log-softmax, which
+the forward would otherwise only read at the targets. Saving every value the backward reads is
+itself a cut, so the minimum never costs more than ``save_all`` (nor saves more than
+``UNSTORED_COST`` times its bytes).
 """
 
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,12 +33,17 @@ from ptc_spec import META_KEY, SHAPE_ENV_KEY, SymbolEnv, TensorMeta, set_dialect
 from .errors import PartitionError
 from .functionalize import FunctionalGraph
 from .maxflow import INF, FlowNetwork
-from .recompute import materialized_in_both, recomputable
+from .recompute import library_readers, materialized_in_both, recomputable
 from .sizes import is_size_node
+from .views import view_source
 
 aten = torch.ops.aten
 
 log = logging.getLogger("ptc.aot.partition")
+
+# What saving a value the forward would not store costs, per byte, against one it stores anyway:
+# the memory is the same, the write (and the backward's read of it in place of recomputing) is not.
+UNSTORED_COST = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +132,8 @@ def partition(joint: FunctionalGraph, num_primals: int, mode: str = "min_cut") -
     if mode == "save_all":
         saved = read_by_backward
     elif mode == "min_cut":
-        saved = _min_cut(forward_nodes, read_by_backward, backward_nodes, hints)
+        stored = {o for o in forward_outputs if isinstance(o, torch.fx.Node)}
+        saved = _min_cut(forward_nodes, read_by_backward, backward_nodes, stored, hints)
     else:
         raise PartitionError(f"unknown partition {mode!r}: use 'min_cut' or 'save_all'")
     saved += _size_carriers(joint.gm, [*saved, *tangents], grads)
@@ -165,13 +178,15 @@ def _min_cut(
     forward_nodes: list[torch.fx.Node],
     read_by_backward: list[torch.fx.Node],
     backward_nodes: set[torch.fx.Node],
+    outputs: set[torch.fx.Node],
     hints: Mapping[sympy.Symbol, int] | None,
 ) -> list[torch.fx.Node]:
     index = {n: i for i, n in enumerate(forward_nodes)}
     net = FlowNetwork(2 * len(forward_nodes) + 2)
     source, sink = 2 * len(forward_nodes), 2 * len(forward_nodes) + 1
     for node, i in index.items():
-        net.add_edge(2 * i, 2 * i + 1, nbytes(node, hints))
+        size = nbytes(node, hints)
+        net.add_edge(2 * i, 2 * i + 1, size if _stored_anyway(node, outputs, backward_nodes) else size * UNSTORED_COST)
         # A node on the sink side of its own edge is recomputed in the backward (the forward
         # may still compute it for its own outputs); inputs and non-recomputable ops must not be,
         # nor values library ops read in both passes (recompute.materialized_in_both).
@@ -186,6 +201,16 @@ def _min_cut(
     if value == INF:
         raise PartitionError("the joint graph has no finite cut: a value the backward reads cannot be saved")
     return [n for n, i in index.items() if 2 * i in reached and 2 * i + 1 not in reached]
+
+
+def _stored_anyway(node: torch.fx.Node, outputs: set[torch.fx.Node], backward: set[torch.fx.Node]) -> bool:
+    """True when the forward writes ``node``'s result to memory whatever the partition saves."""
+    if node.op != "call_function" or node in outputs or not recomputable(node):
+        return True
+    source = node.args[0] if node.args else None
+    if (node.target is operator.getitem or view_source(node.target) is not None) and isinstance(source, torch.fx.Node):
+        return _stored_anyway(source, outputs, backward)
+    return any(r not in backward for r in library_readers(node))
 
 
 def sink_recomputed(gm: torch.fx.GraphModule, num_tangents: int) -> int:

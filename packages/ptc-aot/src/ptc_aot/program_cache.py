@@ -99,6 +99,7 @@ def material(fn: Any, inputs: Sequence[Any], training: bool, config: Config, sha
             "training": training,
             "grad": torch.is_grad_enabled(),
             "partition": config.partition,
+            "joint_rewrite": None if config.joint_rewrite is None else config.joint_rewrite.name,
             # Autocast sits above the dispatch mode the trace runs under: it changes the ops traced.
             "autocast": [(d, torch.is_autocast_enabled(d), str(torch.get_autocast_dtype(d))) for d in ("cpu", "cuda")],
             "default_dtype": str(torch.get_default_dtype()),

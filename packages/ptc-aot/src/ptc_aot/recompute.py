@@ -18,6 +18,8 @@ from collections.abc import Collection, Iterator
 import torch
 import torch.fx
 
+from ptc_spec import META_KEY, TensorMeta
+
 from .views import view_source
 
 aten = torch.ops.aten
@@ -67,7 +69,18 @@ def recomputable(node: torch.fx.Node) -> bool:
         return False
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
+    if target is aten._to_copy.default:
+        return _converts_only(node)
     return view_source(target) is not None or torch.Tag.pointwise in target.tags or target in CHEAP_CREATION
+
+
+def _converts_only(node: torch.fx.Node) -> bool:
+    """A ``_to_copy`` that changes at most the dtype: pointwise, though aten does not tag it so."""
+    source = node.args[0] if node.args else None
+    if not isinstance(source, torch.fx.Node) or set(node.kwargs) - {"dtype", "device", "layout", "non_blocking"}:
+        return False
+    before, after = source.meta.get(META_KEY), node.meta.get(META_KEY)
+    return isinstance(before, TensorMeta) and isinstance(after, TensorMeta) and before.device == after.device and before.stride == after.stride
 
 
 def library_readers(node: torch.fx.Node) -> Iterator[torch.fx.Node]:

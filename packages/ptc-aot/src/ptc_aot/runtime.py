@@ -8,6 +8,8 @@ and aliasing behave as in eager.
 
 from __future__ import annotations
 
+import copy
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +18,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.autograd.graph import increment_version
 
-from ptc_spec import SymbolEnv
+from ptc_spec import META_KEY, SymbolEnv, TensorMeta
 
 from .errors import DoubleBackwardError
 from .partition import Tangents
@@ -24,6 +26,8 @@ from .tracing import OutputPlan
 from .views import replay
 
 Compiled = Callable[..., Any]
+
+aten = torch.ops.aten
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +131,16 @@ class _CompiledFunction(torch.autograd.Function):
         assert program.backward is not None and program.tangents is not None
         given = [g for g, d in zip(grads, program.differentiable) if d]
         present = frozenset(j for j, g in enumerate(given) if g is not None)
-        tangents = [
-            g.contiguous() if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, shape, (dtype, device) in zip(given, ctx.output_shapes, program.tangents.zeros)
-        ]
-        boxed = getattr(program.backward, "call_boxed", None)
+        backward = program.backward
+        if isinstance(backward, LazyBackward):
+            backward = backward.without(frozenset(range(len(given))) - present)
+            tangents = [g.contiguous() for g in given if g is not None]
+        else:
+            tangents = [
+                g.contiguous() if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+                for g, shape, (dtype, device) in zip(given, ctx.output_shapes, program.tangents.zeros)
+            ]
+        boxed = getattr(backward, "call_boxed", None)
         if boxed is not None and not torch.is_grad_enabled():
             # The compiled backward takes the list and empties it; with autograd's own saved
             # variables released too, each saved activation is freed after its last use in the
@@ -145,12 +154,63 @@ class _CompiledFunction(torch.autograd.Function):
         saved = ctx.saved_tensors
         # A backward called inside an autocast region must not cast the graph's ops again.
         with torch.no_grad(), torch._C._DisableAutocast():
-            results = _drop_unasked(list(program.backward(*saved, *tangents)), program, present, len(given))
+            results = _drop_unasked(list(backward(*saved, *tangents)), program, present, len(given))
         if torch.is_grad_enabled():
             anchors = [t for t in (*saved, *tangents) if t.requires_grad]
             if anchors:
                 results = list(_NoDoubleBackward.apply(anchors[0], *results))  # type: ignore[no-untyped-call]
         return (None, *results)
+
+
+class LazyBackward:
+    """A static program's backward graph, compiled at its first call for the tangents it gets.
+
+    An output nobody differentiates (the logits beside a language model's loss) has no tangent:
+    the graph it is compiled into reads zeros in its place, from a constant, where a tensor of
+    zeros would have been filled and read (GPT-2's float32 logits: 1.6 GB, twice a step). Each
+    set of absent tangents gets its own compiled graph, taking the present tangents only. A
+    graph that fails to compile runs uncompiled, with a warning: the gradients are still eager's.
+    """
+
+    def __init__(self, graph: torch.fx.GraphModule, compile: Callable[[torch.fx.GraphModule], Compiled], num_saved: int) -> None:
+        self._graph = graph
+        self._compile = compile
+        self._num_saved = num_saved
+        self._compiled: dict[frozenset[int], Compiled] = {}
+
+    def without(self, absent: frozenset[int]) -> Compiled:
+        """The backward compiled for calls without the tangents at positions ``absent``."""
+        found = self._compiled.get(absent)
+        if found is None:
+            graph = zero_tangents(self._graph, self._num_saved, absent) if absent else self._graph
+            try:
+                found = self._compile(graph)
+            except Exception as exc:  # noqa: BLE001 - any compiler failure leaves the graph runnable as it is
+                warnings.warn(f"ptc_aot: the backward graph failed to compile ({type(exc).__name__}: {exc}); it runs uncompiled", stacklevel=2)
+                found = graph
+            self._compiled[absent] = found
+        return found
+
+    def __call__(self, *args: Any) -> Any:
+        return self.without(frozenset())(*args)
+
+
+def zero_tangents(gm: torch.fx.GraphModule, num_saved: int, absent: frozenset[int]) -> torch.fx.GraphModule:
+    """A copy of backward graph ``gm`` whose tangents at positions ``absent`` are zeros made in the graph."""
+    out = copy.deepcopy(gm)
+    graph = out.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    for j in sorted(absent):
+        node = placeholders[num_saved + j]
+        meta = node.meta[META_KEY]
+        with graph.inserting_before(first):
+            zeros = graph.call_function(aten.full.default, (list(meta.shape), 0), {"dtype": meta.dtype, "device": meta.device, "pin_memory": False})
+        zeros.meta[META_KEY] = TensorMeta.of(meta.shape, meta.dtype, meta.device)
+        node.replace_all_uses_with(zeros)
+        graph.erase_node(node)
+    out.recompile()
+    return out
 
 
 def _drop_unasked(results: list[Any], program: CompiledProgram, present: frozenset[int], given: int) -> list[Any]:

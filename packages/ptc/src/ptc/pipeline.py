@@ -189,14 +189,38 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
     # A program loaded from the cache skips trace, functionalize and partition; its graphs still
     # go through the stage compilers (and so the graph cache). A debug dump comes from a compile.
     programs = cache.ProgramCache() if cache.enabled() and options.debug_dir is None else None
+    # Graphs run as they are (aot_eager) keep the ops the user's program called.
+    rewrite = None if inner is run_as_is else _partition_friendly_decompositions()
     compiled: Compiled = ptc_aot.aot(
         handoff(gm, options), list(example_inputs), fw_compiler=stage_for("forward"), bw_compiler=stage_for("backward"),
         partition=options.partition, dump_dir=options.debug_dir, cache=programs,
+        config=dataclasses.replace(ptc_aot.config_from_env(), joint_rewrite=rewrite),
         # Backends run under a capture's guards (ptc_capture's or another frontend's): each
         # call's tensors have the example inputs' types, dtypes, sizes and strides.
         guarded=True,
     )
     return compiled
+
+
+# Ops whose results the partitioner should see as pointwise math over reductions: log_softmax's
+# backward then recomputes it from the logits and two per-row statistics, where the atomic op's
+# whole (N, C) result had to be written in the forward and saved (GPT-2's 8192 x 50257 float32
+# logits: 1.6 GB written only for the loss to read one class of each row).
+_DECOMPOSED_BEFORE_PARTITION = (torch.ops.aten._log_softmax.default,)
+
+
+def _partition_friendly_decompositions() -> Any:
+    import ptc_aot
+    import ptc_decomp
+
+    table = {op: fn for op, fn in ptc_decomp.table(ptc_spec.LATEST_CORE).items() if op in _DECOMPOSED_BEFORE_PARTITION}
+
+    def rewrite(joint: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        if not any(n.target in table for n in joint.graph.nodes):
+            return joint
+        return ptc_decomp.decompose(joint, target=ptc_spec.LATEST_CORE, table=table)
+
+    return ptc_aot.JointRewrite("decomposed:" + ",".join(map(str, _DECOMPOSED_BEFORE_PARTITION)), rewrite)
 
 
 def _placeholder_metas(gm: torch.fx.GraphModule) -> list[Any]:
