@@ -451,3 +451,29 @@ def test_each_input_is_layout_checked_just_before_its_first_use() -> None:
     assert checks[placeholders[2]] > first_mm
     w2_t = w2.t().contiguous().t()  # the same values, column-major
     torch.testing.assert_close(compiled(x, w1, w2_t, unused), fn(x, w1, w2, unused))
+
+
+@pytest.mark.parametrize("computed", [True, False], ids=["computed", "input"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_weight_gradient_over_a_zero_padded_gradient_runs_over_its_padded_rows(
+    dtype: torch.dtype, computed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An LM head's weight gradient, (vocab x M) by (M x hidden), read from the gradient's rows
+    # padded with zeros: a 16-bit product runs over 1032 result rows (the zeros give zero rows)
+    # and the extra rows are sliced off; cuBLAS ran 50257 rows with a pre-Hopper kernel.
+    monkeypatch.setattr(matmul, "_PADDED_DEVICE_TYPES", frozenset({"cpu", "cuda"}))
+    monkeypatch.setattr(matmul, "_PAD_K_MIN_WORK", 0)
+    g = torch.Generator().manual_seed(0)
+    grad, w, x = (torch.randn(*s, generator=g).to(dtype) for s in ((1024, 1031), (1031, 64), (1024, 64)))
+
+    def fn(grad: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        flat = aten.mul.Tensor(grad, 2.0) if computed else grad
+        return aten.mm.default(aten.permute.default(flat, [1, 0]), x), aten.mm.default(flat, w)
+
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    compiled = check(fn, grad, w, x, **tolerance)
+    weight_grad = next(s for s in compiled.schedule.steps if not hasattr(s, "nodes"))
+    rows = 1031 if dtype == torch.float32 else 1032
+    assert weight_grad.args[0].size == (rows, 1024) and weight_grad.outputs[0].layout.size == (rows, 64)
+    got = compiled(grad, w, x)[0]
+    assert got.shape == (1031, 64) and got.stride() == (64, 1)
