@@ -84,6 +84,8 @@ def compile_program(
     else:
         if config.joint_rewrite is not None:
             functional = replace(functional, gm=config.joint_rewrite.rewrite(functional.gm))
+            # A decomposition that decided on a size recorded its guard in the rewritten graph.
+            env = shape_env_of(functional.gm)
             start = _stage(f"rewrite ({config.joint_rewrite.name})", start)
         if save_pool_offsets(functional.gm):
             log.info("max pooling saves int8 window offsets for its backward")
