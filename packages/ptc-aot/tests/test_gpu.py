@@ -54,3 +54,20 @@ def test_cudnn_batch_norm_running_stats_become_graph_outputs() -> None:
     placeholders = [n for n in seen[0].graph.nodes if n.op == "placeholder"]
     (out,) = [n for n in seen[0].graph.nodes if n.op == "output"]
     assert not {placeholders[4], placeholders[5]} & set(out.args[0][3:])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_save_on_cpu_moves_the_compiled_programs_saved_values_and_grads_match(dtype: torch.dtype) -> None:
+    # On CUDA save_on_cpu's pack hook copies each saved tensor to pinned host memory: traced
+    # tensors have no storage to copy, so the hook must see only the compiled program's values.
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).tanh().sum(1)
+
+    x, w = (torch.randn(*s, device="cuda", dtype=dtype, requires_grad=True) for s in ((8, 5), (5, 3)))
+    with torch.autograd.graph.save_on_cpu(pin_memory=True):
+        compiled = aot(fn, [x, w])
+        compare_with_eager(compiled, fn, x, w, grads=True)
+    # The hook's host copies were never traced into the program.
+    graph_ops = {str(n.target) for p in compiled.programs for n in p.forward.graph.nodes}
+    assert not any("pin_memory" in op or "_to_copy" in op for op in graph_ops), graph_ops

@@ -243,17 +243,18 @@ def test_two_independent_dynamic_dims(backend: str) -> None:
     assert STATS.graphs == 3
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_a_flattened_batch_beside_its_flattened_targets_reshapes_back(train: bool) -> None:
+def test_a_flattened_batch_beside_its_flattened_targets_reshapes_back(train: bool, dtype: torch.dtype) -> None:
     # The reshape back to (batch, seq, classes) equates seq with the targets' batch*seq over
     # batch; substituting that quotient put "1/s0" into a layout, and the compile failed.
     def f(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        flat = targets.flatten().unsqueeze(1).float() + logits.flatten(0, 1)
+        flat = targets.flatten().unsqueeze(1).to(logits.dtype) + logits.flatten(0, 1)
         return (flat.view(logits.shape) * 2).tanh()
 
     compiled = ptc.compile(f, dynamic=True)
     for batch, seq in ((2, 3), (2, 5), (3, 9)):
-        logits = torch.randn(batch, seq, 7, requires_grad=train)
+        logits = torch.randn(batch, seq, 7, dtype=dtype, requires_grad=train)
         compare_with_eager(compiled, f, logits, torch.randint(0, 7, (batch, seq)), grads=train)
 
 
@@ -430,3 +431,19 @@ def test_gpt_on_cuda_over_sequence_lengths(dtype: torch.dtype, dynamic: bool | N
 @pytest.mark.gpu
 def test_gpt_training_on_cuda_over_sequence_lengths() -> None:
     _train_over_lengths("inductor", (7, 12, 9, 16, 63), device="cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_cross_entropy_over_symbolic_rows_trains_as_eager(dtype: torch.dtype) -> None:
+    # log_softmax is decomposed in the joint graph before partitioning, over symbolic sizes
+    # here: its guards join the program's, and every batch size gets eager's loss and gradients.
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 11).to(dtype)
+
+    def step(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(head(x).float(), targets, ignore_index=3)
+
+    compiled = ptc.compile(step, dynamic=True)
+    for rows in (6, 9, 13):
+        x, targets = torch.randn(rows, 16, dtype=dtype, requires_grad=True), torch.randint(0, 11, (rows,))
+        compare_with_eager(compiled, step, x, targets, grads=True)
