@@ -216,11 +216,41 @@ def _partition_friendly_decompositions() -> Any:
     table = {op: fn for op, fn in ptc_decomp.table(ptc_spec.LATEST_CORE).items() if op in _DECOMPOSED_BEFORE_PARTITION}
 
     def rewrite(joint: torch.fx.GraphModule) -> torch.fx.GraphModule:
-        if not any(n.target in table for n in joint.graph.nodes):
+        targets = [n for n in joint.graph.nodes if n.op == "call_function" and n.target in table]
+        if not targets:
             return joint
+        if all(_decompose_in_place(joint, node, table) for node in targets):
+            joint.recompile()
+            return joint
+        # A decomposition that decided on a size: the whole graph is replayed, its guards recorded.
         return ptc_decomp.decompose(joint, target=ptc_spec.LATEST_CORE, table=table)
 
     return ptc_aot.JointRewrite("decomposed:" + ",".join(map(str, _DECOMPOSED_BEFORE_PARTITION)), rewrite)
+
+
+def _decompose_in_place(joint: torch.fx.GraphModule, node: torch.fx.Node, table: dict[Any, Any]) -> bool:
+    """Replace ``node`` in ``joint`` by its decomposition, traced over its own input alone; False
+    (``joint`` untouched) when the decomposition would add a guard. Replaying the whole joint
+    graph through ptc-decomp for one op cost 0.65 s of a 12-layer GPT-2's cold compile on the CPU."""
+    import ptc_decomp
+
+    source, *rest = node.args
+    if not isinstance(source, torch.fx.Node) or node.kwargs or any(isinstance(a, torch.fx.Node) for a in rest):
+        return False
+    env = ptc_spec.shape_env_of(joint)
+    op = node.target
+    piece = ptc_spec.trace(lambda x: op(x, *rest), source.meta[ptc_spec.META_KEY], shape_env=env)  # type: ignore[operator]
+    piece = ptc_decomp.decompose(piece, target=ptc_spec.LATEST_CORE, table=table)
+    decided = ptc_spec.shape_env_of(piece)
+    if decided is not None and (env is None or not set(decided.guards) <= set(env.guards)):
+        return False
+    (placeholder,) = [n for n in piece.graph.nodes if n.op == "placeholder"]
+    with joint.graph.inserting_before(node):
+        out = joint.graph.graph_copy(piece.graph, {placeholder: source})
+    assert isinstance(out, torch.fx.Node)
+    node.replace_all_uses_with(out)
+    joint.graph.erase_node(node)
+    return True
 
 
 def _placeholder_metas(gm: torch.fx.GraphModule) -> list[Any]:
