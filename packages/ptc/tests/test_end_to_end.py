@@ -312,12 +312,20 @@ CROSS_ENTROPY_CASES = {
 }
 
 
+@pytest.mark.parametrize("whole_graph", [False, True], ids=["in place", "whole graph"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", list(CROSS_ENTROPY_CASES))
-def test_a_cross_entropy_forward_saves_its_logits_not_its_log_softmax(case: str, dtype: torch.dtype, tmp_path: Any) -> None:
+def test_a_cross_entropy_forward_saves_its_logits_not_its_log_softmax(
+    case: str, dtype: torch.dtype, whole_graph: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # log_softmax reaches the partitioner decomposed: the backward recomputes it from the
     # logits the head wrote and two per-row statistics, where the forward used to write the
-    # whole log-softmax only for the loss to read one class of each row.
+    # whole log-softmax only for the loss to read one class of each row. It is decomposed where
+    # it stands; the whole joint graph is replayed when that would add a guard (forced here).
+    from ptc import pipeline
+
+    if whole_graph:
+        monkeypatch.setattr(pipeline, "_decompose_in_place", lambda *args: False)
     kwargs = CROSS_ENTROPY_CASES[case]
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 50)).to(dtype)
