@@ -68,6 +68,7 @@ def _times(m: int, k: int, n: int, dtype: Any) -> tuple[float, float, float]:
     assert err < 3e-2, err
     return plain, padded, both
 
+
 def _backward_times(m: int, k: int, n: int, dtype: Any) -> tuple[float, float, float]:
     """Median ms of the head's weight gradient over n or wide result rows, and of its input gradient."""
     import torch

@@ -313,10 +313,10 @@ CROSS_ENTROPY_CASES = {
 
 
 @pytest.mark.parametrize("whole_graph", [False, True], ids=["in place", "whole graph"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "autocast"])
 @pytest.mark.parametrize("case", list(CROSS_ENTROPY_CASES))
 def test_a_cross_entropy_forward_saves_its_logits_not_its_log_softmax(
-    case: str, dtype: torch.dtype, whole_graph: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    case: str, precision: str, whole_graph: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # log_softmax reaches the partitioner decomposed: the backward recomputes it from the
     # logits the head wrote and two per-row statistics, where the forward used to write the
@@ -327,13 +327,16 @@ def test_a_cross_entropy_forward_saves_its_logits_not_its_log_softmax(
     if whole_graph:
         monkeypatch.setattr(pipeline, "_decompose_in_place", lambda *args: False)
     kwargs = CROSS_ENTROPY_CASES[case]
+    # Under autocast the float32 model's head runs in bf16 and the loss casts back to float32.
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 50)).to(dtype)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 50)).to(dtype)
     model.load_state_dict(eager.state_dict())
 
     def step(m: torch.nn.Module, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(m(x).float(), targets, **kwargs)
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "autocast"):
+            return torch.nn.functional.cross_entropy(m(x).float(), targets, **kwargs)
 
     compiled = ptc.compile(step, options={"debug_dir": str(tmp_path)})
     for _ in range(2):

@@ -113,7 +113,9 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.program = program
         # The shapes of this call's differentiable outputs: zeros for the ones nobody
         # differentiates take them (a symbolic program has no fixed shapes).
-        ctx.output_shapes = [out.shape for out, d in zip(outputs, program.differentiable) if d]
+        # A lazily compiled backward makes its zeros in the graph and needs no shapes.
+        if not isinstance(program.backward, LazyBackward):
+            ctx.output_shapes = [out.shape for out, d in zip(outputs, program.differentiable) if d]
         # Outputs nobody differentiates arrive in backward as None instead of zeros, so that
         # inputs reaching only those outputs get no gradient, as in eager.
         ctx.set_materialize_grads(False)

@@ -32,23 +32,30 @@ def _class_dim(self: torch.Tensor) -> int:
     return 0 if self.dim() == 1 else 1
 
 
-def _picked(self: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(-self[target] * w, w, safe target) per item, w = weight[target] masked by ignore_index."""
-    dim = _class_dim(self)
+def _safe_target(target: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(target != ignore_index, the target with ignored items pointing at class 0)."""
     valid = aten.ne.Scalar(target, ignore_index)
-    safe = aten.where.self(valid, target, aten.scalar_tensor.default(0, dtype=target.dtype, device=target.device))
+    return valid, aten.where.self(valid, target, aten.scalar_tensor.default(0, dtype=target.dtype, device=target.device))
+
+
+def _class_weights(weight: torch.Tensor, valid: torch.Tensor, safe: torch.Tensor) -> torch.Tensor:
+    """weight[target] per item, 0 for ignored items."""
+    w = aten.index_select.default(weight, 0, aten.view.default(safe, [-1])) if safe.dim() <= 1 else aten.index.Tensor(weight, [safe])
+    w = aten.view.default(w, list(safe.shape)) if safe.dim() <= 1 else w
+    return aten.mul.Tensor(w, valid)
+
+
+def _picked(self: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(-self[target] * w, w) per item, w = weight[target] masked by ignore_index."""
+    dim = _class_dim(self)
+    valid, safe = _safe_target(target, ignore_index)
     gathered = aten.squeeze.dims(aten.gather.default(self, dim, aten.unsqueeze.default(safe, dim)), [dim])
-    if weight is not None:
-        w = aten.index_select.default(weight, 0, aten.view.default(safe, [-1])) if safe.dim() <= 1 else aten.index.Tensor(weight, [safe])
-        w = aten.view.default(w, list(safe.shape)) if safe.dim() <= 1 else w
-        w = aten.mul.Tensor(w, valid)
-    else:
-        w = cast(valid, self.dtype)
-    return aten.mul.Tensor(aten.neg.default(gathered), w), w, safe
+    w = _class_weights(weight, valid, safe) if weight is not None else cast(valid, self.dtype)
+    return aten.mul.Tensor(aten.neg.default(gathered), w), w
 
 
 def _nll_forward(self: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    loss, w, _ = _picked(upcast(self), target, upcast(weight) if weight is not None else None, ignore_index)
+    loss, w = _picked(upcast(self), target, upcast(weight) if weight is not None else None, ignore_index)
     total_weight = aten.sum.dim_IntList(w, None, False)
     if reduction == NONE:
         # Eager reports the weight of a single (1-D) input even unreduced, 0 for batches.
@@ -81,8 +88,7 @@ def _nll_backward(
     if reduction == MEAN:
         values = aten.div.Tensor(values, upcast(total_weight))
     if weight is not None:
-        _, w, _ = _picked(upcast(self), target, upcast(weight), ignore_index)
-        values = aten.mul.Tensor(w, values)
+        values = aten.mul.Tensor(_class_weights(upcast(weight), *_safe_target(target, ignore_index)), values)
     # Each item's target class gets its value and every other class 0: a comparison with the
     # class index, which fuses into whatever reads the gradient (log_softmax's backward). A
     # scatter into zeros wrote the whole (N, C) tensor twice more (the zeros, then its copy).
