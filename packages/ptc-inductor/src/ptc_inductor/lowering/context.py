@@ -705,12 +705,31 @@ class LoweringContext:
         broadcast = self._aligned_broadcast(value, align)
         if broadcast is not None:
             return broadcast
+        shared = self._aligned_view_of_base(value, align)
+        if shared is not None:
+            return shared
         if value.view is not None or self._lazy[self._key_of[id(value)]].realized is not None:
             # Already in a buffer of another layout: copy it.
             value = self.lazy(dataclasses.replace(value, view=None), [value], 0)
         real = self.realize(value, padded_strides(value.size, align), exact=True)
         assert real.view is not None
         return real.view
+
+    def _aligned_view_of_base(self, value: TensorValue, align: int) -> BufferArg | None:
+        """An unrealized view (a reshape) read from its base's buffer when that holds it in aligned
+        rows, as ``realize`` shares a base with its views; None to store the view apart.
+
+        Stored apart, the view was a copy of the base: GPT-2's (8192, 50304) float32 logits
+        gradient, reshaped for the LM head's two products, was copied in 0.74 ms of an H200's
+        155 ms step, and its loop ranges no longer matched the row sums it is computed with."""
+        key = self._key_of.get(id(value)) if value.view is None else None
+        record = self._lazy[key] if key is not None else None
+        if record is None or record.realized is not None or record.view_of is None or record.restride is None:
+            return None
+        shared = self._realize_as_view(record, padded_strides(value.size, align))
+        if shared is None or shared.view is None or not _aligned(shared.view, align):
+            return None
+        return shared.view
 
     def _aligned_broadcast(self, value: TensorValue, align: int) -> BufferArg | None:
         """A lazy view of a smaller value (an attention mask expanded over heads) as a stride-0
