@@ -198,6 +198,59 @@ def test_long_rows_use_a_looped_reduction_and_match_eager() -> None:
     assert "looped" in {k.style for k in compiled.kernels}
 
 
+def _softmax_pair(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # A log-softmax as decompositions write it: the row max, and the sum of exp(x - max).
+    m = aten.amax.default(x, [1], True)
+    shifted = aten.sub.Tensor(x, m)
+    total = aten.sum.dim_IntList(aten.exp.default(shifted), [1], True)
+    return aten.sub.Tensor(shifted, aten.log.default(total)), total
+
+
+def _special_rows(rows: int, cols: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    x = _rand(rows, cols, dtype=dtype) * 4
+    x[1, ::3] = float("-inf")  # masked entries: they add nothing
+    x[2, :] = float("-inf")  # a row with nothing unmasked: eager's sum is NaN
+    x[3, cols // 2] = float("nan")
+    x[4, cols - 1] = float("inf")
+    x[5, :] = 7.0  # ties everywhere
+    x[6, : cols - 1] = float("-inf")  # one value left, in the last tile
+    return x
+
+
+@pytest.mark.parametrize("cols", [129, 9000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_softmax_row_sum_shares_the_row_max_loop_and_matches_eager(cols: int, dtype: torch.dtype) -> None:
+    # sum(exp(x - max(x))) is rewritten into one reduction over x (a running max rescales the
+    # sum): looped, the row is read once instead of twice. Non-finite rows give eager's values.
+    x = _special_rows(8, cols, dtype)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _softmax_pair(aten._to_copy.default(x, dtype=torch.float32))
+
+    compiled = check_triton(fn, x, rtol=1e-5, atol=1e-5, backend="triton")
+    source = "\n".join(k.source for k in compiled.kernels)
+    assert "sumexp over" in source
+    if cols > 4096:
+        looped = [k.source for k in compiled.kernels if k.style == "looped"]
+        assert len(looped) == 1 and looped[0].count("for roffset in range") == 1  # max and sum: one pass
+    with torch.no_grad():
+        fused, reference = compiled(x)[1], fn(x)[1]
+    assert torch.equal(fused.isnan(), reference.isnan())
+
+
+def test_a_sum_of_exp_over_other_values_than_the_max_is_left_alone() -> None:
+    # exp(y - max(x)) with y != x is not a softmax's sum: it keeps reading the max.
+    x, y = _rand(3, 9000), _rand(3, 9000, seed=1)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        m = aten.amax.default(x, [1], True)
+        return aten.sum.dim_IntList(aten.exp.default(aten.sub.Tensor(y, m)), [1], True)
+
+    compiled = check_triton(fn, x, y, rtol=1e-5, atol=1e-5, backend="triton")
+    source = "\n".join(k.source for k in compiled.kernels)
+    assert "sumexp" not in source and source.count("for roffset in range") == 2, source
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_reductions_with_nan_and_ties_match_eager(dtype: torch.dtype) -> None:
     x = _rand(6, 10, dtype=dtype)

@@ -22,7 +22,7 @@ from .virtualized import current_handler, set_ops_handler
 Body = Callable[[Sequence[Expr], Sequence[Expr]], None]
 Loader = Callable[[Sequence[Expr]], Any]
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all", "welford", "sumexp")
 SPLITTABLE_REDUCTIONS = ("sum", "max", "min")
 """Reductions whose partial results over chunks combine with the same reduction (on GPUs, long
 column reductions are split into such partials)."""

@@ -52,6 +52,8 @@ def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rty
         return _arg_reduction(h, style, src_dtype, rtype, value)
     if rtype == "welford":
         return _welford(h, style, dtype, value)
+    if rtype == "sumexp":
+        return _sumexp(h, style, dtype, value)
     kind = _kind(rtype, dtype)
     work_dtype = torch.int8 if kind.as_int8 else dtype
     v = value
@@ -152,3 +154,35 @@ def _welford(h: TritonOps, style: str, dtype: torch.dtype, value: str) -> tuple[
     for name in (a, b, c):
         h.w.dtypes[name] = dtype
     return tuple(h.new_value(f"{x}[:, None]", dtype, h.section.suffix) for x in (a, b, c))  # type: ignore[return-value]
+
+
+def _sumexp(h: TritonOps, style: str, dtype: torch.dtype, value: str) -> str:
+    """``sum(exp(v - max(v)))`` over the row (see online_softmax.py). Looped, each lane keeps its
+    running max ``m`` and its sum ``s`` of ``exp(v - m)``, rescaled by ``exp(m_old - m)`` when
+    ``m`` grows; the lanes are then rescaled to the row's max and summed.
+
+    Non-finite values give what the two-pass form gives: a row whose max is -inf sums NaNs (each
+    term is ``exp(-inf - -inf)``), an inf or a NaN in the row makes the sum NaN; -inf values in
+    a row with a finite max add nothing."""
+    tdt = tl_dtype(dtype)
+    v = value if h.dtype_of(value) == dtype else h.new_value(f"{value}.to({tdt})", dtype)
+    if style == "trivial":
+        return h.new_value(f"tl.exp({v} - {v})", dtype)
+    if style == "persistent":
+        tile = _masked_tile(h, v, 'float("-inf")')
+        top = h.new_value(f"tl.reduce({tile}, 1, ptc_maximum)[:, None]", dtype)
+        terms = _masked_tile(h, h.new_value(f"tl.exp({v} - {top})", dtype), "0")
+        return h.new_value(f"tl.sum({terms}, 1)[:, None]", dtype)
+    m = h.new_value(f"tl.full({h.w.tile}, float(\"-inf\"), {tdt})", dtype, h.section.prefix)
+    s = h.new_value(f"tl.zeros({h.w.tile}, {tdt})", dtype, h.section.prefix)
+    grown = h.new_value(f"ptc_maximum({m}, {v})", dtype)
+    # Equal maxima (both -inf included) keep the sum as it is: exp(-inf - -inf) would be NaN.
+    scale = h.new_value(f"tl.where({grown} == {m}, 1.0, tl.exp({m} - {grown}))", dtype)
+    term = h.new_value(f"tl.where({v} == float(\"-inf\"), 0.0, tl.exp({v} - {grown}))", dtype)
+    new_s = h.new_value(f"{s} * {scale} + {term}", dtype)
+    for acc, new in ((s, new_s), (m, grown)):
+        h.emit_line(f"{acc} = tl.where({h.rmask}, {new}, {acc})" if h.rmask else f"{acc} = {new}")
+    top = h.new_value(f"tl.reduce({m}, 1, ptc_maximum)[:, None]", dtype, h.section.suffix)
+    lanes = h.new_value(f"tl.where({m} == {top}, {s}, {s} * tl.exp({m} - {top}))", dtype, h.section.suffix)
+    total = h.new_value(f"tl.sum({lanes}, 1)[:, None]", dtype, h.section.suffix)
+    return h.new_value(f"tl.where({top} == float(\"-inf\"), float(\"nan\"), {total})", dtype, h.section.suffix)

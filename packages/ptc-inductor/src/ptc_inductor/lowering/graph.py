@@ -17,6 +17,7 @@ from .. import sizes
 from ..config import Config
 from ..errors import LoweringError, UnsupportedOpError
 from ..ir import Buffer, BufferArg, FloatSize, Layout, Node, TensorValue
+from ..online_softmax import fuse_softmax_sums
 from ..sizes import Size, SizeEnv
 from .context import LoweringContext, is_dense
 from .extern import bias_apart
@@ -201,8 +202,10 @@ def _lower_graph(gm: torch.fx.GraphModule, config: Config, env: SizeEnv) -> Lowe
             raise LoweringError(f"node '{node.name}' is a {node.op}; core graphs hold only call_function nodes")
     ctx.realize_recomputed(config.inline_max_ops // 4)
     writes = tuple((int(o), int(i)) for o, i in gm.meta.get(INPUT_WRITES_KEY, ()))
+    # A softmax's row sum joins its row max's loop (Triton kernels only).
+    nodes = fuse_softmax_sums(ctx.nodes, config) if config.fuse else tuple(ctx.nodes)
     return LoweredGraph(
-        tuple(ctx.nodes), dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple,
+        nodes, dict(ctx.buffers), tuple(inputs), constants, tuple(outputs), output_is_tuple,
         dict(ctx.storage_offsets), tuple(dict.fromkeys(fallbacks)), env, tuple(input_metas), writes,
     )
 
