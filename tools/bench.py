@@ -114,6 +114,31 @@ def _gpt_decode(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
     return _gpt_mini(device, small, (512, 4, 8, 32, 1))
 
 
+def _gpt2_with_loss(device: Any, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    # tools/bench_distributed.py's model on one GPU: ptc.demo's GPT at GPT-2's shape (vocabulary
+    # padded to 50304) with its cross-entropy inside the compiled forward, so the loss's kernels
+    # (row max and sum, the logits' gradient, the head's bias gradient) are timed too.
+    import torch
+
+    sys.path[:0] = [str(p) for p in sorted(ROOT.glob("packages/ptc/src"))]
+    from ptc.demo import GPT
+
+    torch.manual_seed(0)
+    vocab, dim, layers, heads, seq, batch = (512, 64, 2, 4, 32, 2) if small else (50304, 768, 12, 12, 1024, 8)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gpt = GPT(vocab=vocab, dim=dim, layers=layers, heads=heads, seq=seq)
+
+        def forward(self, idx: Any, targets: Any) -> Any:
+            logits = self.gpt(idx)
+            return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+    ids, targets = (torch.randint(0, vocab, (batch, seq), device=device) for _ in range(2))
+    return WithLoss().to(device), (ids, targets)
+
+
 # A Llama-style decoder of 8 layers (the default LlamaConfig is a 7B model).
 LLAMA_8_LAYERS = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8, "num_attention_heads": 16,
                   "num_key_value_heads": 16, "vocab_size": 32000, "max_position_embeddings": 2048}
@@ -206,6 +231,7 @@ WORKLOADS = {
         # (training b32), ViT-B/16 and ConvNeXt-tiny b64.
         Workload("gpt2-infer", _hf("GPT2Config", "GPT2LMHeadModel", gpu_seq=1024), needs="transformers"),
         Workload("gpt2-train", _hf("GPT2Config", "GPT2LMHeadModel", gpu_seq=1024), train=True, needs="transformers"),
+        Workload("gpt2-loss-train", _gpt2_with_loss, train=True),
         Workload("bert-infer", _hf("BertConfig", "BertModel", gpu_seq=512), needs="transformers"),
         Workload("llama-infer", _hf("LlamaConfig", "LlamaForCausalLM", gpu_seq=512, **LLAMA_8_LAYERS), needs="transformers"),
         Workload("t5-infer", _hf("T5Config", "T5ForConditionalGeneration", gpu_seq=512, dropout_rate=0.0), needs="transformers"),
@@ -234,7 +260,8 @@ def _step(model: Any, inputs: tuple[Any, ...], train: bool) -> Any:
         with torch.no_grad():
             return model(*inputs)
     out = model(*inputs)
-    loss = out.float().pow(2).mean()
+    # A model that returns its own loss (a scalar) is trained on it as it stands.
+    loss = out if out.dim() == 0 else out.float().pow(2).mean()
     loss.backward()
     return out.detach()
 
