@@ -72,6 +72,22 @@ def test_a_product_read_by_a_library_call_or_returned_keeps_addmm() -> None:
     compare_with_eager(compiled, fn, x, w, b, w2)
 
 
+def test_a_product_returned_and_read_by_pointwise_work_is_stored_by_that_kernel() -> None:
+    # A training forward: the MLP's first product goes to the GELU (over (batch, seq, features))
+    # and is returned for the backward (as (tokens, features)). Split, the GELU's kernel stores
+    # the biased product as it computes: one kernel, no pass of its own for the add.
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.addmm(b, x.reshape(-1, x.shape[-1]), w.permute(1, 0))
+        g = h.view(*x.shape[:-1], w.shape[0])
+        return 0.5 * g * (1 + torch.erf(g * 0.7071067811865476)), h
+
+    x, w, b = _rand(2, 7, 32), _rand(64, 32, seed=1), _rand(64, seed=2)
+    compiled, _ = _compile(fn, x, w, b)
+    assert _extern_calls(compiled) == ["mm"], compiled.wrapper_source
+    assert compiled.kernel_count == 1, compiled.wrapper_source
+    compare_with_eager(compiled, fn, x, w, b)
+
+
 def test_the_cpp_backend_keeps_addmm_and_the_callers_graph_is_unchanged() -> None:
     x, w1, b1, w2, b2 = (t.cpu() for t in (_rand(2, 7, 32), _rand(64, 32, seed=1), _rand(64, seed=2), _rand(32, 64, seed=3), _rand(32, seed=4)))
     compiled, gm = _compile(_mlp, x, w1, b1, w2, b2, backend="cpp")

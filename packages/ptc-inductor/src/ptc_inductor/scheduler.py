@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Sequence
+from collections import ChainMap
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import sympy
@@ -18,6 +19,7 @@ from . import sizes
 from .analysis import Access, analyze, range_map
 from .codegen.triton_heuristics import next_pow2, persistent_limit
 from .config import Config, triton_device
+from .flatten import leading_count, merged_nodes
 from .indexing import bounds, contiguous_strides, is_linear_in, rvar, xvar
 from .ir import SPLITTABLE_REDUCTIONS, ComputedNode, ExternNode, Node
 from .sizes import Size, known_le, known_lt, static_value
@@ -144,7 +146,7 @@ def _outer_local(
     return found is not None and known_le(0, found[0]) and known_lt(found[1], _numel(producer.ranges[k:]))
 
 
-def dependencies_ok(nodes: Sequence[ComputedNode], outer: tuple[Size, ...], accesses: dict[str, Access]) -> bool:
+def dependencies_ok(nodes: Sequence[ComputedNode], outer: tuple[Size, ...], accesses: Mapping[str, Access]) -> bool:
     """True when every in-kernel read of ``nodes`` hits data written at the same outer point."""
     k = len(outer)
     writer: dict[str, tuple[ComputedNode, sympy.Expr]] = {}
@@ -217,6 +219,8 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
         earliest = max((produced_at[r] for r in reads if r in produced_at), default=-1)
         best, best_score = -1, -1
         best_outer: tuple[Size, ...] = ()
+        best_nodes: list[ComputedNode] = []
+        best_accesses: dict[str, Access] = {}
         after_extern = False
         made = sum(sizes.hint(b.layout.nbytes) for b in node.outputs)
         on_gpu = triton_device(config, node.outputs[0].layout.device)
@@ -232,14 +236,23 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
                 continue
             candidate = [*step, node]
             outer = outer_ranges(candidate)
+            merged: dict[str, Access] = {}
+            if outer is None and on_gpu:
+                # The same elements in another shape (a product's bias add over (tokens, features)
+                # read by a GELU over (batch, seq, features)): one side's leading dims merged.
+                found = _flattened(step, outers[si], node, accesses)
+                if found is not None:
+                    candidate, merged = found
+                    outer = outer_ranges(candidate)
             if outer is None:
                 continue
+            view = ChainMap(merged, accesses) if merged else accesses
             # Only a matter of speed (how much parallel work is left): decided at the hints.
             if outer != outers[si] and sizes.hint(_numel(outer)) < min(sizes.hint(_numel(outers[si])), SMALL_OUTER):
                 continue
             if on_gpu and sizes.hint(_numel(outer)) < GPU_SMALL_OUTER and max(sizes.hint(_numel(outers[si])), own) >= GPU_LARGE_LOOP:
                 continue
-            if not dependencies_ok(candidate, outer, accesses):
+            if not dependencies_ok(candidate, outer, view):
                 continue
             written = {b.name for n in step for b in n.outputs}
             score = len(reads & written) * 2 + len(reads & {r for n in step for r in accesses[n.name].reads()})
@@ -249,11 +262,12 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
                 # logits' padded copy became one row loop, 891 us against 807 apart).
                 continue
             if score > best_score:
-                best, best_score, best_outer = si, score, outer
+                best, best_score, best_outer, best_nodes, best_accesses = si, score, outer, candidate, merged
         if best >= 0:
             group = steps[best]
             assert isinstance(group, list)
-            group.append(node)
+            group[:] = best_nodes
+            accesses.update(best_accesses)
             outers[best] = best_outer
             target = best
         else:
@@ -343,6 +357,26 @@ def _can_ride(row: Kernel, part: Kernel, shape: tuple[int, tuple[int, ...], int]
                 return False
             shared = shared or (name, at) in row_loads
     return shared
+
+
+def _flattened(
+    step: Sequence[ComputedNode], outer: tuple[Size, ...], node: ComputedNode, accesses: Mapping[str, Access]
+) -> tuple[list[ComputedNode], dict[str, Access]] | None:
+    """``[*step, node]`` with the leading dims of ``node`` (or of every node of ``step``) merged
+    to match the other side's first loop, with the merged nodes' accesses; None if neither can."""
+    if not outer or not node.ranges:
+        return None
+    count = leading_count(node.ranges, outer[0])
+    if count is not None:
+        found = merged_nodes([node], accesses, count)
+        if found is not None:
+            return [*step, *found[0]], found[1]
+    count = leading_count(outer, node.ranges[0])
+    if count is not None:
+        found = merged_nodes(step, accesses, count)
+        if found is not None:
+            return [*found[0], node], found[1]
+    return None
 
 
 def _attach_partials(steps: list[Step], accesses: dict[str, Access], config: Config) -> list[Step]:
