@@ -2,9 +2,10 @@
 
 A value is often computed in one shape and read in another: a product's bias add over
 (tokens, features) read by a GELU over (batch, seq, features). The loops cover the same
-elements in the same order, but the scheduler shares loops only between equal leading ranges. A node whose leading dims its accesses walk contiguously (each
-dim's stride is the next one's times its size) can run over their product instead: the
-loads and stores stay the same affine indices, in one variable.
+elements in the same order, but the scheduler shares loops only between equal leading ranges.
+A node whose leading dims its accesses walk contiguously (each dim's stride is the next one's
+times its size) can run over their product instead: the loads and stores stay the same affine
+indices, in one variable.
 """
 
 from __future__ import annotations
