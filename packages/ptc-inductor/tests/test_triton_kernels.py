@@ -238,6 +238,21 @@ def test_a_softmax_row_sum_shares_the_row_max_loop_and_matches_eager(cols: int, 
     assert torch.equal(fused.isnan(), reference.isnan())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_value_returned_in_one_shape_and_read_in_another_is_one_kernel(dtype: torch.dtype) -> None:
+    # Stored over (tokens, features), read over (batch, seq, features): the reader's leading
+    # dims are merged so that both share one loop (flatten.py).
+    x = _rand(14, 64, dtype=dtype)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = aten.add.Tensor(aten.mul.Tensor(x, 2.0), 1.0)
+        return h, aten.sigmoid.default(aten.view.default(h, [2, 7, 64]))
+
+    tolerance = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    compiled = check_triton(fn, x, backend="triton", **tolerance)
+    assert len(compiled.kernels) == 1, [k.source for k in compiled.kernels]
+
+
 def test_a_sum_of_exp_over_other_values_than_the_max_is_left_alone() -> None:
     # exp(y - max(x)) with y != x is not a softmax's sum: it keeps reading the max.
     x, y = _rand(3, 9000), _rand(3, 9000, seed=1)
