@@ -30,6 +30,22 @@ def test_floor_drops_terms_below_a_common_divisor_only_when_they_are_bounded() -
     assert kept.has(sympy.floor) and kept.has(x1)
 
 
+def test_a_chunk_of_aligned_rows_keeps_its_row_under_a_modulus() -> None:
+    # Partial sums over chunks of 32 tokens of a (8, 256) grid of rows: token 32*x0 + r0 is
+    # row (32*x0 + r0) % 256 of batch (32*x0 + r0) // 256, which is the flat token again.
+    x0, r0 = xvar(0), sympy.Symbol("r0", integer=True, nonnegative=True)
+    ranges = {x0: 64, r0: 32}
+    assert simplify_with_ranges(mod(32 * x0 + r0, 256), ranges) == 32 * mod(x0, 8) + r0
+    index = 100 * mod(32 * x0 + r0, 256) + 25600 * floordiv(32 * x0 + r0, 256)
+    assert simplify_with_ranges(index, ranges) == 3200 * x0 + 100 * r0
+    # r0 may reach 32 here and carry into x0's place: the modulus must stay, and stay right.
+    wide = {x0: 64, r0: 40}
+    kept = simplify_with_ranges(mod(32 * x0 + r0, 256), wide)
+    assert kept.has(sympy.Mod)
+    for a, b in itertools.product(range(64), range(40)):
+        assert kept.subs({x0: a, r0: b}) == (32 * a + b) % 256
+
+
 def test_pointwise_between_reshapes_loads_contiguously() -> None:
     # A transformer MLP: matmul, reshape to [batch, seq, dim], activation, reshape back for the
     # next matmul. The activation's loads must be affine in the loop variables, or the inner

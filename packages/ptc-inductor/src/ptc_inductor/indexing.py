@@ -321,7 +321,25 @@ def _rule(e: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr:
             return r
         if q != 0:
             return sympy.Mod(r, m)
+        found = _mod_rule(sympy.expand(e.args[0]), m, ranges)
+        if found is not None:
+            return found
     return e
+
+
+def _mod_rule(num: Expr, m: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr | None:
+    """``num mod m`` as ``g * (q mod (m/g)) + r``, with ``num == g*q + r``, ``g`` dividing ``m``
+    and ``0 <= r < g``, or None: a chunk of ``g``-aligned rows (``32*x0 + r0`` with r0 < 32) taken
+    modulo a dim of ``m`` rows keeps its row within the chunk."""
+    for g in _divisors(num, m):
+        outer = sympy.expand(m / g)
+        if g == m or not integral(outer):
+            continue
+        q, r = _split(num, g)
+        b = bounds(r, ranges)
+        if q != 0 and b is not None and known_le(0, b[0]) and known_lt(b[1], g):
+            return sympy.expand(g * mod(q, outer) + r)
+    return None
 
 
 def _walk(e: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Expr:
