@@ -359,13 +359,14 @@ def test_row_reductions_and_short_columns_are_not_split() -> None:
 
 
 def _layer_norm_backward(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    n = x.shape[-1]
+    n, last = x.shape[-1], x.ndim - 1
     xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
     gw = aten.mul.Tensor(g, w)
-    c1 = aten.mul.Tensor(aten.sum.dim_IntList(gw, [1], True), 1.0 / n)
-    c2 = aten.mul.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(gw, xhat), [1], True), 1.0 / n)
+    c1 = aten.mul.Tensor(aten.sum.dim_IntList(gw, [last], True), 1.0 / n)
+    c2 = aten.mul.Tensor(aten.sum.dim_IntList(aten.mul.Tensor(gw, xhat), [last], True), 1.0 / n)
     dx = aten.mul.Tensor(aten.sub.Tensor(aten.sub.Tensor(gw, c1), aten.mul.Tensor(xhat, c2)), rstd)
-    return dx, aten.sum.dim_IntList(aten.mul.Tensor(g, xhat), [0]), aten.sum.dim_IntList(g, [0])
+    rows = list(range(last))
+    return dx, aten.sum.dim_IntList(aten.mul.Tensor(g, xhat), rows), aten.sum.dim_IntList(g, rows)
 
 
 @pytest.mark.parametrize("rows,cols", [(2048, 64), (2048, 100)])
@@ -378,6 +379,39 @@ def test_column_partials_ride_along_the_row_kernel_that_reads_the_same_rows(rows
     compiled = check_triton(_layer_norm_backward, *inputs, rtol=1e-4, atol=1e-4, backend="triton")
     assert [k.style for k in compiled.kernels] == ["rowloop", "persistent"]
     assert len(re.findall(r"tl\.load\(arg0 ", compiled.kernels[0].source)) == 1, "the row of g is loaded once per row"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_column_partials_over_batch_and_sequence_ride_along_the_merged_row_kernel(dtype: torch.dtype) -> None:
+    # A transformer's layer norm backward over (batch, seq) rows: the weight gradients are
+    # split into chunks of tokens across both dims, and the row kernel runs over tokens, so
+    # the partials ride along it; 8 chunks (one per batch row) would leave a GPU idle.
+    x = _rand(8, 256, 100, seed=1).to(dtype)
+    mean = x.float().mean(2, keepdim=True)
+    rstd = torch.rsqrt(x.float().var(2, unbiased=False, keepdim=True) + 1e-5)
+    inputs = (_rand(8, 256, 100).to(dtype), x, mean, rstd, _rand(100, seed=2).to(dtype))
+    tolerance = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
+    compiled = check_triton(_layer_norm_backward, *inputs, backend="triton", **tolerance)
+    assert [k.style for k in compiled.kernels] == ["rowloop", "persistent"]
+    assert "in 64 chunks of 32 rows" in compiled.kernels[0].source
+    assert len(re.findall(r"tl\.load\(arg0 ", compiled.kernels[0].source)) == 1, "the row of g is loaded once per row"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_row_loop_over_short_rows_takes_several_rows_per_step(dtype: torch.dtype) -> None:
+    # 48 columns: a tile of one row would be 64 lanes; the loop takes 32 rows per step and
+    # combines them per column after the loop, with NaN and inf still reaching the max and sum.
+    g = _rand(4, 512, 48).to(dtype)
+    g[1, 7, 5], g[3, 100, 40], g[2, 0, 0] = float("nan"), float("inf"), -float("inf")
+
+    def fn(g: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = aten.mul.Tensor(g, w)
+        return aten.sub.Tensor(h, aten.amax.default(h, [2], True)), aten.sum.dim_IntList(h, [0, 1]), aten.amax.default(h, [0, 1])
+
+    tolerance = {"rtol": 1e-5, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 1e-1}
+    compiled = check_triton(fn, g, _rand(48, seed=3).to(dtype), backend="triton", **tolerance)
+    assert [k.style for k in compiled.kernels] == ["rowloop", "persistent"]
+    assert "tl.arange(0, 32)[:, None]" in compiled.kernels[0].source
 
 
 def test_partials_read_what_the_row_kernel_wrote_at_the_same_element() -> None:

@@ -379,6 +379,21 @@ def _flattened(
     return None
 
 
+def _as_row_loop(row: Kernel, shape: tuple[int, tuple[int, ...], int], accesses: Mapping[str, Access]) -> tuple[Kernel, dict[str, Access]] | None:
+    """``row`` over one loop of rows, with the accesses of nodes that changed: itself, or its
+    leading loops merged into one when they cover the partials' rows (a layer norm's backward
+    over (batch, seq) rows, whose weight gradient is split into chunks of tokens); else None."""
+    if len(row.outer) == 1:
+        return row, {}
+    chunks, _, chunk = shape
+    if row.partials or leading_count(row.outer, chunks * chunk) != len(row.outer):
+        return None
+    found = merged_nodes(row.nodes, accesses, len(row.outer))
+    if found is None:
+        return None
+    return Kernel(row.name, tuple(found[0]), (sizes.normalize(chunks * chunk),)), found[1]
+
+
 def _attach_partials(steps: list[Step], accesses: dict[str, Access], config: Config) -> list[Step]:
     """Move each split column reduction into the row kernel that reads the same rows, when legal."""
     out = list(steps)
@@ -392,8 +407,10 @@ def _attach_partials(steps: list[Step], accesses: dict[str, Access], config: Con
         merged = False
         for i in range(j - 1, -1, -1):
             row = out[i]
-            if isinstance(row, Kernel) and _can_ride(row, part, shape, accesses):
-                out[i] = Kernel(row.name, row.nodes + part.nodes, row.outer, len(part.nodes))
+            rows = _as_row_loop(row, shape, accesses) if isinstance(row, Kernel) else None
+            if rows is not None and _can_ride(rows[0], part, shape, {**accesses, **rows[1]}):
+                accesses.update(rows[1])
+                out[i] = Kernel(row.name, rows[0].nodes + part.nodes, rows[0].outer, len(part.nodes))
                 del out[j]
                 merged = True
                 break

@@ -368,7 +368,9 @@ class _KernelWriter:
         # Every chunk of a row loop is whole: its programs need no mask.
         self.xmask = None if known_multiple(self.xnumel, max_x) or self.style == "rowloop" else "xmask"
         self.index_dtype = self._index_dtype()
-        rows = "1" if self.style == "rowloop" else "XBLOCK"
+        # A row loop steps over ``rows`` rows of a chunk at once (a tile row each).
+        self.rows = heur.rowloop_rows(self.rblock, int(self.chunk)) if self.style == "rowloop" else 0
+        rows = str(self.rows) if self.style == "rowloop" else "XBLOCK"
         self.tile = f"[{rows}, RBLOCK]"
         self.column = f"[{rows}, 1]"
         self.row_subs: dict[sympy.Symbol, Expr] = {xvar(0): self.chunk * CHUNK + ROW} if self.style == "rowloop" else {}
@@ -531,8 +533,9 @@ class _KernelWriter:
         chunk_lines = [f"pc = tl.program_id(0) * XBLOCK + pcl + {zero}"]
         for sec in sections[rows:]:
             chunk_lines.extend(sec.prefix)
-        chunk_lines.append(f"for rrl in range(0, {self.chunk}):")
-        row_lines = [f"rr = rrl + {zero}", f"xindex = pc * {self.chunk} + rr", "x0 = xindex"]
+        chunk_lines.append(f"for rrl in range(0, {int(self.chunk) // self.rows}):")
+        rr = f"rrl + {zero}" if self.rows == 1 else f"rrl * {self.rows} + tl.arange(0, {self.rows})[:, None].to({self.index_dtype})"
+        row_lines = [f"rr = {rr}", f"xindex = pc * {self.chunk} + rr", "x0 = xindex"]
         for node, inner, sec in zip(kernel.row_nodes, self.inners, sections):
             row_lines.append(self.comment(node))
             if sec.barrier:

@@ -25,22 +25,26 @@ class _Kind:
     final: str
     as_int8: bool = False
 
+    def fold(self, tile: str, axis: int) -> str:
+        """``tile`` reduced along ``axis``."""
+        return self.final.format(t=tile, axis=axis)
+
 
 def _kind(rtype: str, dtype: torch.dtype) -> _Kind:
-    """How ``rtype`` combines two lanes, and how a tile is reduced along dim 1."""
+    """How ``rtype`` combines two lanes, and how a tile is reduced along an axis."""
     is_float = dtype.is_floating_point
     if rtype == "sum":
-        return _Kind("({a} + {b})", "tl.sum({t}, 1)")
+        return _Kind("({a} + {b})", "tl.sum({t}, {axis})")
     if rtype == "prod":
-        return _Kind("({a} * {b})", "tl.reduce({t}, 1, ptc_mul)")
+        return _Kind("({a} * {b})", "tl.reduce({t}, {axis}, ptc_mul)")
     if rtype in ("max", "min"):
         fn = "maximum" if rtype == "max" else "minimum"
         if is_float:
-            return _Kind(f"ptc_{fn}({{a}}, {{b}})", f"tl.reduce({{t}}, 1, ptc_{fn})")
-        return _Kind(f"tl.{fn}({{a}}, {{b}})", f"tl.{rtype}({{t}}, 1)", dtype == torch.bool)
+            return _Kind(f"ptc_{fn}({{a}}, {{b}})", f"tl.reduce({{t}}, {{axis}}, ptc_{fn})")
+        return _Kind(f"tl.{fn}({{a}}, {{b}})", f"tl.{rtype}({{t}}, {{axis}})", dtype == torch.bool)
     if rtype in ("any", "all"):
         fn = "maximum" if rtype == "any" else "minimum"
-        return _Kind(f"tl.{fn}({{a}}, {{b}})", f"tl.{'max' if rtype == 'any' else 'min'}({{t}}, 1)", True)
+        return _Kind(f"tl.{fn}({{a}}, {{b}})", f"tl.{'max' if rtype == 'any' else 'min'}({{t}}, {{axis}})", True)
     raise CodegenError(f"unknown reduction type {rtype}")
 
 
@@ -65,14 +69,14 @@ def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rty
         out = v
     elif style == "persistent":
         tile = _masked_tile(h, v, identity(rtype, work_dtype))
-        out = h.new_value(kind.final.format(t=tile) + "[:, None]", work_dtype)
+        out = h.new_value(kind.fold(tile, 1) + "[:, None]", work_dtype)
     else:
         acc = h.new_value(f"tl.full({h.w.tile}, {identity(rtype, work_dtype)}, {tl_dtype(work_dtype)})", work_dtype, h.section.prefix)
         combined = kind.combine.format(a=acc, b=v)
         if h.rmask:
             combined = f"tl.where({h.rmask}, {combined}, {acc})"
         h.emit_line(f"{acc} = {combined}")
-        out = h.new_value(kind.final.format(t=acc) + "[:, None]", work_dtype, h.section.suffix)
+        out = h.new_value(kind.fold(acc, 1) + "[:, None]", work_dtype, h.section.suffix)
     if kind.as_int8:
         return h.new_value(f"({out} != 0)", torch.bool, h.section.suffix if style == "looped" else None)
     return out
@@ -81,12 +85,16 @@ def emit_reduction(h: TritonOps, dtype: torch.dtype, src_dtype: torch.dtype, rty
 def emit_row_accumulation(h: TritonOps, dtype: torch.dtype, rtype: str, value: str) -> str:
     """A split column reduction in a row loop: each lane (a column) folds in one value per row.
 
-    The accumulator is the whole tile, declared once per chunk (the section's prefix)."""
+    The accumulator is the whole tile, declared once per chunk (the section's prefix); with
+    several rows per step its rows are combined after the loop (the section's suffix)."""
     kind = _kind(rtype, dtype)
     v = value if h.dtype_of(value) == dtype else h.new_value(f"{value}.to({tl_dtype(dtype)})", dtype)
     acc = h.new_value(f"tl.full({h.w.tile}, {identity(rtype, dtype)}, {tl_dtype(dtype)})", dtype, h.section.prefix)
     h.emit_line(f"{acc} = {kind.combine.format(a=acc, b=v)}")
-    return acc
+    if h.w.rows == 1:
+        return acc
+    # Each step folded in several rows, one per tile row: they are combined after the loop.
+    return h.new_value(f"{kind.fold(acc, 0)}[None, :]", dtype, h.section.suffix)
 
 
 def _masked_tile(h: TritonOps, v: str, fill: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..indexing import Expr
+from ..indexing import Expr, unravel
 from ..ir import SPLITTABLE_REDUCTIONS, TensorValue
 from ..sizes import Size, hint, normalize, static_value
 from ..virtualized import ops
@@ -42,17 +42,32 @@ per output. Many short partials matter when the partials ride along a row kernel
 scheduler's row loop): each chunk of rows is one program there, and a GPU wants hundreds."""
 
 
+def _leading_run(size: Sequence[Size], rdims: Sequence[int]) -> tuple[int, int] | None:
+    """The first and last dim of the run of adjacent reduced dims that starts at the first
+    reduced dim of more than one element, or None when every reduced dim has one element."""
+    dims = [d for d in rdims if size[d] != 1]
+    if not dims:
+        return None
+    end = dims[0]
+    while end + 1 in rdims:
+        end += 1
+    return dims[0], end
+
+
 def split_factor(size: Sequence[Size], kept: Sequence[int], rdims: Sequence[int], reduction_type: str) -> int:
     """Into how many partial reductions to cut a reduction over ``rdims`` of ``size`` (1: none).
 
     Only column reductions (the last dim is kept, as in a bias or norm weight's gradient) are
     split: row reductions already give one program per row. The factor is a power of two that
-    divides the first reduced dim, so every partial covers whole, equal chunks of it. That
-    needs the reduced and kept sizes to be static: a factor must divide the dim at every size,
-    and a split kernel's row loop keeps whole rows in one tile.
+    divides the leading run of adjacent reduced dims taken as one (a layer norm's weight
+    gradient over (batch, seq) is cut into chunks of tokens, as over a flat (tokens,) dim), so
+    every partial covers whole, equal chunks of it. That needs the reduced and kept sizes to be
+    static: a factor must divide the run at every size, and a split kernel's row loop keeps
+    whole rows in one tile.
     """
     dims = [d for d in rdims if size[d] != 1]
-    if reduction_type not in SPLITTABLE_REDUCTIONS or not dims or (len(size) - 1) in dims:
+    run = _leading_run(size, rdims)
+    if reduction_type not in SPLITTABLE_REDUCTIONS or run is None or (len(size) - 1) in dims:
         return 1
     if any(static_value(size[d]) is None for d in (*dims, *kept)):
         return 1
@@ -61,7 +76,7 @@ def split_factor(size: Sequence[Size], kept: Sequence[int], rdims: Sequence[int]
     # No outputs: nothing to compute, and the kernel is never launched; do not make two.
     if outputs == 0 or outputs >= SPLIT_OUTPUTS_BELOW or total < SPLIT_MIN_REDUCED:
         return 1
-    first = size[dims[0]]
+    first = math.prod(int(s) for s in size[run[0] : run[1] + 1])
     factor = 1
     while (
         first % (2 * factor) == 0
@@ -85,18 +100,25 @@ def _split_reduce(
     acc_dtype: torch.dtype,
     src_dtype: torch.dtype,
 ) -> TensorValue:
-    """The reduction as ``factor`` partial results per output (first reduced dim cut into equal
-    chunks), then a reduction of the partials."""
-    d = next(r for r in rdims if size[r] != 1)
-    chunk = int(size[d]) // factor
-    # The input seen with dim d split into (factor, chunk): later dims move up by one.
-    split = [*size[:d], factor, chunk, *size[d + 1 :]]
-    shift = [k if k < d else k + 1 for k in kept]
-    kept_split = sorted([*shift, d])
-    reduced_split = sorted([r if r < d else r + 1 for r in rdims if r != d] + [d + 1])
+    """The reduction as ``factor`` partial results per output (the leading run of reduced dims,
+    taken as one, cut into equal chunks), then a reduction of the partials."""
+    run = _leading_run(size, rdims)
+    assert run is not None
+    d, e = run
+    run_sizes = list(size[d : e + 1])
+    chunk = math.prod(int(s) for s in run_sizes) // factor
+    # The input seen with dims d..e flattened and split into (factor, chunk): later dims move
+    # by the run's length less two.
+    split = [*size[:d], factor, chunk, *size[e + 1 :]]
+
+    def moved(k: int) -> int:
+        return k if k < d else k - (e - d) + 1
+
+    kept_split = sorted([*(moved(k) for k in kept), d])
+    reduced_split = sorted([moved(r) for r in rdims if not d <= r <= e] + [d + 1])
 
     def chunked(idx: list[Expr]) -> Any:
-        return inner([*idx[:d], idx[d] * chunk + idx[d + 1], *idx[d + 2 :]])
+        return inner([*idx[:d], *unravel(idx[d] * chunk + idx[d + 1], run_sizes), *idx[d + 2 :]])
 
     partial_size = tuple(normalize(split[k]) for k in kept_split)
     partial = ctx.add_reduction(
