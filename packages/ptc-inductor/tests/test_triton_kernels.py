@@ -337,7 +337,10 @@ def test_welford_matches_eager_variance(cols: int) -> None:
     torch.testing.assert_close(var, x.var(1, unbiased=False), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape,dims", [((4096, 6), [0]), ((8, 512, 12), [0, 1]), ((4096, 1, 5), [0])])
+@pytest.mark.parametrize(
+    "shape,dims",
+    [((4096, 6), [0]), ((8, 512, 12), [0, 1]), ((4096, 1, 5), [0]), ((4, 32, 64, 12), [1, 2]), ((32, 4, 64, 12), [0, 2]), ((8, 1, 256, 6), [0, 1, 2])],
+)
 def test_long_column_reductions_are_split_into_partials(shape: tuple[int, ...], dims: list[int]) -> None:
     # Few outputs over a long column: one program per tile of outputs would leave a GPU idle,
     # so partial sums over chunks of the column come first, then a sum of the partials.
