@@ -166,7 +166,7 @@ def _sweep(wl: Any, inputs: tuple[Any, ...]) -> None:
     for la in graph.launchers.values():
         k = la.kernel
         print(f"{k.name}: {k.style} x{k.xnumel} r{k.rnumel}")
-        for cfg in candidate_configs(k.style, k.xnumel, k.rnumel, k.rblock, "max-autotune", k.strided):
+        for cfg in candidate_configs(k.style, k.xnumel, k.rnumel, k.rblock, "max-autotune", k.strided, k.rows):
             la._set_config(cfg)
             try:
                 us = do_bench(lambda la=la, args=seen[k.name]: la(*args), warmup=25, rep=100) * 1000

@@ -187,7 +187,7 @@ def test_dynamic_triton_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_pat
                 kernels = [generate_triton_kernel(k, low.buffers, sched.accesses, cfg) for k in sched.kernels]
             for k in kernels:
                 assert k.sizes, k.name
-                c = default_config(k.style, k.xnumel_hint, k.rnumel_hint, k.rblock, k.strided)
+                c = default_config(k.style, k.xnumel_hint, k.rnumel_hint, k.rblock, k.strided, k.rows)
                 path = write_module(k, CACHE_DIR)
                 b = _compile_in_worker(path, canonical(k).symbol, signature(k), _constexprs(k, c), tuple(True for _ in k.params), c.num_warps, 1, ("cuda", 90, 32))
                 assert b.plain and b.cubin[:4] == bytes([0x7F]) + b"ELF", b

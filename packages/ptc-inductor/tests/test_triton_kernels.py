@@ -414,7 +414,7 @@ def test_a_row_loop_over_short_rows_takes_several_rows_per_step(dtype: torch.dty
     tolerance = {"rtol": 1e-5, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 1e-1}
     compiled = check_triton(fn, g, _rand(48, seed=3).to(dtype), backend="triton", **tolerance)
     assert [k.style for k in compiled.kernels] == ["rowloop", "persistent"]
-    assert "tl.arange(0, 32)[:, None]" in compiled.kernels[0].source
+    assert "tl.arange(0, 32)[:, None]" in compiled.kernels[0].source and compiled.kernels[0].rows == 32
 
 
 def test_partials_read_what_the_row_kernel_wrote_at_the_same_element() -> None:

@@ -56,6 +56,18 @@ def test_candidates_respect_the_block_bounds_masks_rely_on(style: str, xnumel: i
         assert cfg.xblock & (cfg.xblock - 1) == 0 and 1 <= cfg.num_warps <= 32
 
 
+def test_a_row_loops_rows_per_step_divide_its_chunk_and_size_its_warps() -> None:
+    from ptc_inductor.codegen.triton_heuristics import rowloop_rows
+
+    # GPT-2's 768 features (RBLOCK 1024) in chunks of 32 rows: 4 rows a step; a chunk of 8
+    # rows of 128 lanes takes all 8 (a 32-row tile would not divide it); 4096 lanes: one row.
+    assert (rowloop_rows(1024, 32), rowloop_rows(128, 8), rowloop_rows(4096, 32), rowloop_rows(64, 24)) == (4, 8, 1, 8)
+    # The warps follow the tile the kernel holds, not the widest tile its RBLOCK allows.
+    assert default_config("rowloop", 256, 768, 1024, rows=4).num_warps == 8
+    assert default_config("rowloop", 256, 100, 128, rows=8).num_warps == 2
+    assert default_config("rowloop", 256, 100, 128, rows=32).num_warps == 8
+
+
 def test_autotuning_is_off_for_small_kernels_and_widens_under_max_autotune() -> None:
     assert len(candidate_configs("flat", 4096, 0, 0, "default")) == 1
     small = candidate_configs("flat", 1 << 26, 0, 0, "default")
@@ -216,7 +228,7 @@ def test_generated_kernels_compile_for_an_sm90_target_without_a_gpu(tmp_path: Pa
         n = 0
         for fn, x in graphs:
             for k in T.compile_triton(T.trace_core(fn, x)).kernels:
-                cfg = default_config(k.style, k.xnumel, k.rnumel, k.rblock, k.strided)
+                cfg = default_config(k.style, k.xnumel, k.rnumel, k.rblock, k.strided, k.rows)
                 la_path = __import__("ptc_inductor.triton_runtime").triton_runtime.write_module(k, CACHE_DIR)
                 b = _compile_in_worker(la_path, canonical(k).symbol, signature(k), _constexprs(k, cfg), tuple(True for _ in k.params), cfg.num_warps, 1, ("cuda", 90, 32))
                 # What a worker hands back: a cubin that ptc's launcher can run (no scratch memory).

@@ -165,7 +165,7 @@ def _encode_triton_kernel(k: TritonKernel) -> dict[str, Any]:
         "name": k.name, "source": k.source, "params": list(k.params), "param_dtypes": [str(d) for d in k.param_dtypes],
         "style": k.style, "xnumel": _size(k.xnumel), "rnumel": _size(k.rnumel), "rblock": k.rblock,
         "index_dtype": k.index_dtype, "strided": k.strided, "origins": list(k.origins), "sizes": list(k.sizes),
-        "xnumel_source": k.xnumel_source, "xnumel_hint": k.xnumel_hint, "rnumel_hint": k.rnumel_hint,
+        "xnumel_source": k.xnumel_source, "xnumel_hint": k.xnumel_hint, "rnumel_hint": k.rnumel_hint, "rows": k.rows,
     }
 
 

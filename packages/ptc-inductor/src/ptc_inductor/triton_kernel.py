@@ -41,3 +41,5 @@ class TritonKernel:
     """``xnumel`` as a Python expression over the ``sizes`` names (empty when static)."""
     xnumel_hint: int = 0
     rnumel_hint: int = 0
+    rows: int = 1
+    """Rows a row loop's tile holds (its [rows, RBLOCK] tile sizes its warps); 1 otherwise."""

@@ -285,7 +285,7 @@ class TritonLauncher:
     def candidates(self) -> list[LaunchConfig]:
         """The launch configs the first call chooses among."""
         k = self.kernel
-        return candidate_configs(k.style, k.xnumel_hint, k.rnumel_hint, k.rblock, self.options.autotune, k.strided)
+        return candidate_configs(k.style, k.xnumel_hint, k.rnumel_hint, k.rblock, self.options.autotune, k.strided, k.rows)
 
     def _set_config(self, cfg: LaunchConfig) -> None:
         self.config = cfg
@@ -593,4 +593,4 @@ def precompile(launchers: Sequence[TritonLauncher], device: torch.device, option
 
 def default_launch_config(kernel: TritonKernel) -> LaunchConfig:
     """The heuristic config of ``kernel`` (what a launch without autotuning uses)."""
-    return default_config(kernel.style, kernel.xnumel_hint, kernel.rnumel_hint, kernel.rblock, kernel.strided)
+    return default_config(kernel.style, kernel.xnumel_hint, kernel.rnumel_hint, kernel.rblock, kernel.strided, kernel.rows)

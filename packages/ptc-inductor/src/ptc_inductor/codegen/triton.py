@@ -718,5 +718,5 @@ def generate_triton_kernel(
     return TritonKernel(
         kernel.name, source, tuple(names), dtypes, writer.style, xnumel, writer.rnumel, writer.rblock, writer.index_dtype,
         strided=writer.strided, origins=origins, sizes=size_names, xnumel_source=xsource,
-        xnumel_hint=sizes.hint(xnumel), rnumel_hint=sizes.hint(writer.rnumel),
+        xnumel_hint=sizes.hint(xnumel), rnumel_hint=sizes.hint(writer.rnumel), rows=max(writer.rows, 1),
     )

@@ -52,11 +52,11 @@ backwards (768 features, 256 chunks of 32 rows) took 80-97 us per kernel on an H
 per step, 42-52 us at four (2048- and 8192-element tiles did no better)."""
 
 
-def rowloop_rows(rblock: int, chunk: int = 0) -> int:
+def rowloop_rows(rblock: int, chunk: int) -> int:
     """Rows a row loop takes per step: as many as fill ROWLOOP_TILE, a power of two dividing
-    ``chunk`` (when given) so that every step is whole."""
+    ``chunk`` so that every step is whole."""
     rows = max(1, ROWLOOP_TILE // max(rblock, 1))
-    while chunk and chunk % rows:
+    while chunk % rows:
         rows //= 2
     return rows
 
@@ -66,14 +66,15 @@ def _warps_for(tile: int) -> int:
     return max(1, min(16, next_pow2(tile) // 512))
 
 
-def default_config(style: str, xnumel: int, rnumel: int, rblock: int, strided: bool = False) -> LaunchConfig:
-    """The heuristic launch config of a kernel of ``style`` over ``xnumel`` x ``rnumel`` points."""
+def default_config(style: str, xnumel: int, rnumel: int, rblock: int, strided: bool = False, rows: int = 1) -> LaunchConfig:
+    """The heuristic launch config of a kernel of ``style`` over ``xnumel`` x ``rnumel`` points
+    (``rows``: the rows a row loop's tile holds)."""
     if style == "flat":
         xblock = min(1024, next_pow2(xnumel))
         return LaunchConfig(xblock, 1, max(1, min(4, xblock // 128)))
     if style == "rowloop":
-        # XBLOCK counts chunks of rows per program; the tile is rowloop_rows rows.
-        return LaunchConfig(1, rblock, max(2, _warps_for(rowloop_rows(rblock) * rblock)))
+        # XBLOCK counts chunks of rows per program; the tile is ``rows`` rows.
+        return LaunchConfig(1, rblock, max(2, _warps_for(rows * rblock)))
     if style == "persistent":
         xblock = 1 if rblock >= 1024 else min(next_pow2(xnumel), 1024 // rblock, MAX_XBLOCK_INNER)
         return LaunchConfig(xblock, rblock, max(2 if rblock >= 1024 else 1, _warps_for(xblock * rblock)))
@@ -84,9 +85,9 @@ def default_config(style: str, xnumel: int, rnumel: int, rblock: int, strided: b
     return LaunchConfig(1, rb, max(2, min(8, rb // 256)))
 
 
-def candidate_configs(style: str, xnumel: int, rnumel: int, rblock: int, mode: str, strided: bool = False) -> list[LaunchConfig]:
+def candidate_configs(style: str, xnumel: int, rnumel: int, rblock: int, mode: str, strided: bool = False, rows: int = 1) -> list[LaunchConfig]:
     """Configs to benchmark at first call (the heuristic one first); one config when not worth tuning."""
-    base = default_config(style, xnumel, rnumel, rblock, strided)
+    base = default_config(style, xnumel, rnumel, rblock, strided, rows)
     work = xnumel * max(rnumel, 1)
     if mode == "none" or work < AUTOTUNE_MIN_WORK:
         return [base]
