@@ -144,6 +144,30 @@ def test_a_small_independent_value_still_joins_the_earlier_kernel() -> None:
     assert mul_step < extern
 
 
+def _gelu_backward_with_recompute(h: torch.Tensor, grad: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    # An MLP's backward with its activation recomputed: one product makes the activation's
+    # gradient, another reads the recomputed activation, and both elementwise parts read h.
+    dact = aten.mm.default(grad, w)
+    sig = aten.sigmoid.default(aten.mul.Tensor(h, 1.702))
+    act = aten.mul.Tensor(h, sig)
+    dw = aten.mm.default(aten.permute.default(grad, [1, 0]), act)
+    # Like GELU's backward, the slope is made from h again, not from the activation.
+    slope = aten.add.Tensor(aten.mul.Tensor(aten.exp.default(aten.neg.default(aten.mul.Tensor(h, h))), 0.4), 0.5)
+    return dw, aten.mul.Tensor(dact, slope)
+
+
+def test_a_recomputed_activation_joins_its_gradient_kernel_across_the_product_reading_it() -> None:
+    # Apart, both kernels read h (2 MiB). Fused, they read it once, before the product that reads
+    # the activation: the gradient is made earlier, but dact, which only it reads, dies as early,
+    # so the memory held does not grow.
+    g = torch.Generator().manual_seed(6)
+    compiled = check(_gelu_backward_with_recompute, torch.randn(512, 1024, generator=g),
+                     torch.randn(512, 64, generator=g), torch.randn(64, 1024, generator=g), rtol=1e-4, atol=1e-4)
+    steps = compiled.schedule.steps
+    kinds = ["kernel" if hasattr(s, "nodes") else "extern" for s in steps]
+    assert kinds == ["extern", "kernel", "extern"], kinds
+
+
 def _two_unrelated_values(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # Nothing shared: a GELU-like chain over one input, a zero-padded copy of another.
     g = aten.mul.Tensor(a, aten.add.Tensor(aten.tanh.default(aten.mul.Tensor(a, 0.79)), 1.0))

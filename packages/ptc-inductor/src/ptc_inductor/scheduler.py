@@ -185,8 +185,9 @@ def live_nodes(nodes: Sequence[Node], accesses: dict[str, Access], outputs: Coll
 
 
 HOIST_BYTES = 1 << 20
-"""A node making more than this (and more than it reads from the kernel) never joins a kernel
-that runs before an extern call it follows: fusion must not stretch big buffers' lives."""
+"""A node adding more than this to the memory held (and more than it reads from the kernel) never
+joins a kernel that runs before an extern call it follows: fusion must not stretch big buffers'
+lives."""
 
 UNRELATED_MAX_POINTS = 1 << 20
 """A node of this many points or more joins only a kernel it shares a buffer with (reads or
@@ -197,6 +198,18 @@ def _bytes_read_from(step: Sequence[ComputedNode], reads: Collection[str]) -> in
     return sum(sizes.hint(b.layout.nbytes) for n in step for b in n.outputs if b.name in reads)
 
 
+def _last_readers(nodes: Sequence[Node], accesses: Mapping[str, Access], outputs: Collection[str] | None) -> dict[str, int]:
+    """For each buffer a node makes, the position of the last node reading it; the graph's outputs
+    (and, without ``outputs``, every buffer) are left out: they outlive the graph."""
+    made = {b.name for n in nodes for b in n.outputs if b is not None}
+    last: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for name in accesses[node.name].reads() if isinstance(node, ComputedNode) else node.reads:
+            if name in made:
+                last[name] = i
+    return {} if outputs is None else {name: i for name, i in last.items() if name not in outputs}
+
+
 def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | None = None) -> Schedule:
     """Order nodes into kernels and extern calls, fusing where legal and profitable.
 
@@ -204,10 +217,12 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
     accesses = {n.name: analyze(n) for n in nodes if isinstance(n, ComputedNode)}
     if outputs is not None:
         nodes = live_nodes(nodes, accesses, outputs)
+    last_reader = _last_readers(nodes, accesses, outputs)
+    made_by = {b.name: b for n in nodes for b in n.outputs if b is not None}
     steps: list[list[ComputedNode] | ExternNode] = []
     outers: list[tuple[Size, ...]] = []
     produced_at: dict[str, int] = {}
-    for node in nodes:
+    for position, node in enumerate(nodes):
         if isinstance(node, ExternNode):
             steps.append(node)
             outers.append(())
@@ -222,7 +237,11 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
         best_nodes: list[ComputedNode] = []
         best_accesses: dict[str, Access] = {}
         after_extern = False
+        # What computing the node early adds to the memory held: its outputs, less the inputs it
+        # is the last to read, which die early with it (a backward's recomputed GELU joined by
+        # the GELU's gradient: the gradient is made early, the product it reads dies early).
         made = sum(sizes.hint(b.layout.nbytes) for b in node.outputs)
+        made -= sum(sizes.hint(made_by[r].layout.nbytes) for r in reads if last_reader.get(r) == position)
         on_gpu = triton_device(config, node.outputs[0].layout.device)
         own = sizes.hint(_numel(node.ranges))
         for si in range(len(steps) - 1, max(earliest, 0) - 1, -1) if config.fuse else ():
