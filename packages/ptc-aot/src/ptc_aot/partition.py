@@ -33,7 +33,7 @@ from ptc_spec import META_KEY, SHAPE_ENV_KEY, SymbolEnv, TensorMeta, set_dialect
 from .errors import PartitionError
 from .functionalize import FunctionalGraph
 from .maxflow import INF, FlowNetwork
-from .recompute import library_readers, materialized_in_both, recomputable
+from .recompute import library_readers, recomputable
 from .sizes import is_size_node
 from .views import view_source
 
@@ -188,9 +188,8 @@ def _min_cut(
         size = nbytes(node, hints)
         net.add_edge(2 * i, 2 * i + 1, size if _stored_anyway(node, outputs, backward_nodes) else size * UNSTORED_COST)
         # A node on the sink side of its own edge is recomputed in the backward (the forward
-        # may still compute it for its own outputs); inputs and non-recomputable ops must not be,
-        # nor values library ops read in both passes (recompute.materialized_in_both).
-        if node.op == "placeholder" or not recomputable(node) or materialized_in_both(node, backward_nodes):
+        # may still compute it for its own outputs); inputs and non-recomputable ops must not be.
+        if node.op == "placeholder" or not recomputable(node):
             net.add_edge(source, 2 * i, INF)
         for user in node.users:
             if user in index:
