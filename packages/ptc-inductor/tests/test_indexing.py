@@ -10,7 +10,7 @@ import sympy
 import torch
 from conftest import check
 
-from ptc_inductor.indexing import floordiv, mod, simplify_with_ranges, view_index, xvar
+from ptc_inductor.indexing import floordiv, merge_runs, mod, run_symbol, simplify_with_ranges, view_index, xvar
 
 aten = torch.ops.aten
 
@@ -105,3 +105,34 @@ def test_view_index_reads_what_a_reshape_reads(old: tuple[int, ...], new: tuple[
     for at in itertools.product(*[range(n) for n in new]):
         values = {xvar(i): p for i, p in enumerate(at)}
         assert base[tuple(int(sympy.sympify(e).subs(values)) for e in exprs)] == viewed[at]
+
+
+def test_contiguous_runs_of_loop_variables_merge_into_one() -> None:
+    x0, x1, x2 = xvar(0), xvar(1), xvar(2)
+    dims = (8, 1024, 3072)
+    # A contiguous [8, 1024, 3072] access is its flat index; a broadcast over the batch keeps
+    # the inner two as one run, offset included.
+    assert merge_runs(3145728 * x0 + 3072 * x1 + x2, dims) == (run_symbol(0, 2), ((0, 2),))
+    assert merge_runs(3072 * x1 + x2 + 5, dims) == (run_symbol(1, 2) + 5, ((1, 2),))
+    # Scaled runs keep their scale (a column of a wider row).
+    assert merge_runs(2 * (3072 * x1 + x2), dims) == (2 * run_symbol(1, 2), ((1, 2),))
+
+
+@pytest.mark.parametrize("index", ["3072*x0 + x2", "x0 + 8*x1 + 8192*x2", "1000*x0 + 3*x1 + x2"])
+def test_accesses_that_are_not_contiguous_runs_are_left_alone(index: str) -> None:
+    # A broadcast dim between two others, a transpose, and a coefficient off by the dim's size.
+    names = {f"x{i}": xvar(i) for i in range(3)}
+    expr = sympy.sympify(index, locals=names)
+    assert merge_runs(expr, (8, 1024, 3072)) == (expr, ())
+
+
+def test_a_run_is_the_flat_index_of_its_variables() -> None:
+    # Every point of the loop nest gives the same address merged as unmerged.
+    dims = (3, 4, 5, 6)
+    strides = (0, 30, 6, 1)  # broadcast over the first dim
+    index = sum(s * xvar(i) for i, s in enumerate(strides))
+    merged, runs = merge_runs(index, dims)
+    assert runs == ((1, 3),)
+    for flat, point in enumerate(itertools.product(*(range(d) for d in dims))):
+        run = flat % (4 * 5 * 6)
+        assert merged.subs({run_symbol(1, 3): run}) == sum(s * p for s, p in zip(strides, point))

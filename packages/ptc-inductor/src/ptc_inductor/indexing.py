@@ -369,3 +369,35 @@ def simplify_with_ranges(expr: Expr, ranges: Mapping[sympy.Symbol, Size]) -> Exp
     if not isinstance(expr, sympy.Expr) or not expr.has(sympy.floor, sympy.Mod):
         return expr
     return _simplify_cached(expr, tuple(sorted(ranges.items(), key=lambda kv: kv[0].name)), current())
+
+
+def run_symbol(first: int, last: int) -> sympy.Symbol:
+    """The flat index of the loop variables ``x<first>`` .. ``x<last>`` taken as one."""
+    return sympy.Symbol(f"xr{first}_{last}", integer=True, nonnegative=True)
+
+
+def merge_runs(index: Expr, dims: Sequence[Size]) -> tuple[Expr, tuple[tuple[int, int], ...]]:
+    """``index`` over the row-major loop variables ``x0..`` of ``dims``, with each run of two or
+    more adjacent variables it walks contiguously (``x<i>``'s coefficient is ``x<i+1>``'s times
+    ``dims[i+1]``) replaced by the run's ``run_symbol`` times the last one's coefficient, and the
+    runs used. A kernel defines a run from its flat index with one division and one modulus at
+    most, where each variable of the run took its own (GPT-2's contiguous [8, 1024, 3072] loads
+    become ``xindex`` itself). An index not linear in the variables is returned as it is."""
+    expanded = sympy.expand(index)
+    found = [is_linear_in(expanded, xvar(i)) for i in range(len(dims))]
+    coeffs = [c for c in found if c is not None]
+    if len(dims) < 2 or len(coeffs) < len(dims):
+        return index, ()
+    runs: list[tuple[int, int]] = []
+    first = 0
+    for i in range(1, len(dims) + 1):
+        joined = i < len(dims) and coeffs[i - 1] != 0 and coeffs[i] != 0 and equal(coeffs[i - 1], normalize(coeffs[i] * dims[i]))
+        if joined:
+            continue
+        if i - 1 > first:
+            runs.append((first, i - 1))
+        first = i
+    for a, b in runs:
+        part = sum((coeffs[m] * xvar(m) for m in range(a, b + 1)), sympy.Integer(0))
+        expanded = sympy.expand(expanded - part + coeffs[b] * run_symbol(a, b))
+    return expanded, tuple(runs)

@@ -28,7 +28,7 @@ from .. import sizes
 from ..analysis import node_vars
 from ..config import Config
 from ..errors import CodegenError
-from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, rvar, xvar
+from ..indexing import Expr, contiguous_strides, indirect_symbol, is_linear_in, merge_runs, run_symbol, rvar, xvar
 from ..ir import Buffer, ComputedNode
 from ..memory import inner_loops, shared_index
 from ..scheduler import CHUNK, ROW, Kernel, Schedule, partial_index
@@ -144,7 +144,7 @@ class TritonOps:
         self.w.params.setdefault(name, None)
         mask = self.mask_for(index)
         extra = f", {mask}, other=0" if mask else ""
-        where = self.p(index)
+        where = self.w.index_text(index)
         if mask and not index.free_symbols & (self.outer_syms | set(self.inner_vars)):
             # One element read under a masked() region's block mask: Triton takes a block mask
             # only with a block of pointers, so the pointer is widened to the mask's shape.
@@ -175,7 +175,7 @@ class TritonOps:
         elif self.dtype_of(value) != dtype:
             v = f"{value}.to({tl_dtype(dtype)})"
         mask = self.mask_for(index)
-        where = self.p(index)
+        where = self.w.index_text(index)
         if self.w.style != "flat" and not self.w.loop_symbols(index):
             # A reduced value is an [XBLOCK, 1] block; Triton stores blocks only through blocks
             # of pointers, so the constant index is widened to xindex's shape.
@@ -334,6 +334,8 @@ class _KernelWriter:
         self.stored = stored
         # Prints indices and sizes; records the size symbols used (the kernel's int64 arguments).
         self.p = IndexPrinter(TRITON)
+        # Runs of outer loop variables some index reads as one (index_text), defined in header().
+        self.runs: dict[tuple[int, int], None] = {}
         self.sizes = sizes.current()
         k = len(kernel.outer)
         self.xnumel = _numel(kernel.outer)
@@ -411,6 +413,25 @@ class _KernelWriter:
             out.append(f"{name} = {q}" if i == 0 else f"{name} = {q} % {self.p(size)}")
         return out
 
+    def index_text(self, index: Expr) -> str:
+        """``index`` printed with its contiguous runs of outer loop variables as one (merge_runs)."""
+        if self.style == "rowloop" or len(self.kernel.outer) < 2:
+            return self.p(index)
+        merged, runs = merge_runs(index, self.kernel.outer)
+        for run in runs:
+            self.runs.setdefault(run)
+        return self.p(merged)
+
+    def run_defs(self) -> list[str]:
+        """Lines defining the runs ``index_text`` used from ``xindex``."""
+        dims = self.kernel.outer
+        strides = contiguous_strides(dims)
+        out = []
+        for a, b in self.runs:
+            q = "xindex" if equal(strides[b], 1) else f"(xindex // {self.p(strides[b])})"
+            out.append(f"{run_symbol(a, b)} = {q}" if a == 0 else f"{run_symbol(a, b)} = {q} % {self.p(_numel(dims[a:b + 1]))}")
+        return out
+
     def rmask_for(self, numel: Size) -> str | None:
         if self.style in ("persistent", "rowloop"):
             return None if equal(numel, self.rblock) else "rmask"
@@ -444,6 +465,7 @@ class _KernelWriter:
         if self.xmask:
             lines.append("xmask = xindex < xnumel")
         lines.extend(self.unravel("xindex", self.kernel.outer, [f"x{i}" for i in range(k)]))
+        lines.extend(self.run_defs())
         if self.style != "flat":
             cast = ".to(tl.int64)" if wide else ""
             lines.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{cast}")
