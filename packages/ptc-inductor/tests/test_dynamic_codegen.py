@@ -5,6 +5,7 @@ from value ranges, and clear refusals."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -77,6 +78,21 @@ def test_bounded_sizes_get_persistent_tiles_and_32_bit_indices(backend: str) -> 
     assert "persistent kernel" in source and "s1 = s1.to(tl.int32)" in source
     for shape in [(6, 100), (2, 2), (64, 1000), (3, 513)]:
         compare_with_eager(compiled, gm, torch.randn(*shape))
+
+
+@pytest.mark.parametrize("backend", TRITON)
+def test_a_contiguous_symbolic_kernel_addresses_by_its_flat_index(backend: str) -> None:
+    # A (batch, seq, features) GELU-like chain plus a bias over features, batch and seq symbolic:
+    # the contiguous loads and the store go through one run of all three dims (xindex itself),
+    # the bias through the last dim's.
+    def fn(x: Any, b: Any) -> Any:
+        return aten.mul.Tensor(aten.erf.default(aten.add.Tensor(x, b)), 0.5)
+
+    dyn = compile_dynamic(fn, D((2, 5, 24), (0, 1)), D((24,), ()), backend=backend)
+    source = dyn.compiled.cpp_source
+    assert "xr0_2 = xindex\n" in source and "tl.load(arg0 + xr0_2," in source and "tl.load(arg1 + x2," in source, source
+    assert re.search(r"tl\.store\(\w+ \+ xr0_2\b", source), source
+    dyn.run_all(sizes_of(s0=[2, 3, 4], s1=[5, 7, 33]))
 
 
 def test_each_symbol_is_read_once_from_the_first_input_that_has_it() -> None:

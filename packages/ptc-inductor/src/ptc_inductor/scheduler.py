@@ -198,10 +198,10 @@ def _bytes_read_from(step: Sequence[ComputedNode], reads: Collection[str]) -> in
     return sum(sizes.hint(b.layout.nbytes) for n in step for b in n.outputs if b.name in reads)
 
 
-def _last_readers(nodes: Sequence[Node], accesses: Mapping[str, Access], outputs: Collection[str] | None) -> dict[str, int]:
-    """For each buffer a node makes, the position of the last node reading it; the graph's outputs
-    (and, without ``outputs``, every buffer) are left out: they outlive the graph."""
-    made = {b.name for n in nodes for b in n.outputs if b is not None}
+def _last_readers(nodes: Sequence[Node], accesses: Mapping[str, Access], made: Collection[str], outputs: Collection[str] | None) -> dict[str, int]:
+    """For each buffer in ``made`` (those the nodes make), the position of the last node reading
+    it; the graph's outputs (and, without ``outputs``, every buffer) are left out: they outlive
+    the graph."""
     last: dict[str, int] = {}
     for i, node in enumerate(nodes):
         for name in accesses[node.name].reads() if isinstance(node, ComputedNode) else node.reads:
@@ -217,8 +217,8 @@ def schedule(nodes: Sequence[Node], config: Config, outputs: Collection[str] | N
     accesses = {n.name: analyze(n) for n in nodes if isinstance(n, ComputedNode)}
     if outputs is not None:
         nodes = live_nodes(nodes, accesses, outputs)
-    last_reader = _last_readers(nodes, accesses, outputs)
     made_by = {b.name: b for n in nodes for b in n.outputs if b is not None}
+    last_reader = _last_readers(nodes, accesses, made_by.keys(), outputs)
     steps: list[list[ComputedNode] | ExternNode] = []
     outers: list[tuple[Size, ...]] = []
     produced_at: dict[str, int] = {}
